@@ -1,0 +1,259 @@
+"""The Python API: `search`, `evaluate`, and the helpers that turn table rows into `Plan`s.
+
+    import hardware_profiles, planner
+    from planner.model import preset
+    plans = planner.search(preset("llama3-70b"), hardware_profiles.cluster("dgx-h100", nodes=8),
+                           planner.Workload(global_batch=512, seq_len=8192), top=5, tp=8)
+    plans[0].layout, plans[0].prediction.step_time_s
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from planner.cost.comm import AxisBandwidth
+from planner.cost.context import CostContext
+from planner.cost.evaluate import COLUMNS, MESH_ORDERS, RECOMPUTE, SCHEDULES, evaluate_table
+from planner.cost.partition import chunk_partition
+from planner.errors import InfeasibleError, UserError
+from planner.layout import Layout
+from planner.model import ModelSpec
+from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
+from planner.search.exact import SearchResult, exact_search
+from planner.search.space import PIN_FIELDS, Pins, SearchLimits
+from planner.workload import Workload
+
+GiB = 2**30
+
+
+def _topology(cluster: Any):
+
+    return _cached_topology(cluster)
+
+
+@lru_cache(maxsize=8)
+def _cached_topology(cluster: Any):
+    from planner.topology import Topology
+
+    return Topology(cluster)
+
+
+def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
+    if workload.seq_len > model.max_seq_len:
+        raise UserError(
+            f"seq_len={workload.seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
+            where="workload.seq_len",
+            fix=f"use --seq-len <= {model.max_seq_len}",
+        )
+    try:
+        topo = _cached_topology(cluster)
+    except TypeError:  # unhashable cluster object
+        from planner.topology import Topology
+
+        topo = Topology(cluster)
+    return CostContext(model=model, cluster=cluster, workload=workload, topology=topo, **options)
+
+
+def layout_to_row(layout: Layout) -> dict[str, np.ndarray]:
+    """One-row table (see cost.evaluate.COLUMNS) for a Layout."""
+    values = {
+        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
+        "mb": layout.micro_batch, "m": layout.num_microbatches, "sched": SCHEDULES.index(layout.schedule),
+        "v": layout.virtual_stages, "zero": layout.zero, "dp_shard": layout.dp_shard,
+        "rc": RECOMPUTE.index(layout.recompute), "sp": int(layout.sequence_parallel),
+        "order": MESH_ORDERS.index(tuple(layout.mesh_axes)),
+    }
+    return {k: np.array([values[k]], dtype=np.int64) for k in COLUMNS}
+
+
+def row_to_layout(row: dict[str, int], partition: tuple[int, ...] | None) -> Layout:
+    return Layout(
+        dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], ep=row["ep"], micro_batch=row["mb"],
+        num_microbatches=row["m"], schedule=SCHEDULES[row["sched"]], virtual_stages=row["v"], zero=row["zero"],
+        dp_shard=row["dp_shard"], recompute=RECOMPUTE[row["rc"]], sequence_parallel=bool(row["sp"]),
+        mesh_axes=MESH_ORDERS[row["order"]], layer_partition=partition,
+    )
+
+
+def _rank_layers_from_partition(layout: Layout, num_layers: int) -> list[int]:
+    parts = layout.partition(num_layers)
+    per_rank = [0] * layout.pp
+    for c, n in enumerate(parts):
+        per_rank[c % layout.pp] += n
+    return per_rank
+
+
+def check_against_model(layout: Layout, model: ModelSpec, workload: Workload, num_gpus: int) -> None:
+    """Model- and cluster-dependent validity; raises UserError naming the knob and the fix."""
+    problems = []
+    if layout.world_size > num_gpus:
+        problems.append(f"dp*tp*pp*cp={layout.world_size} exceeds the cluster's {num_gpus} GPUs")
+    if model.num_heads % layout.tp:
+        problems.append(f"num_heads={model.num_heads} is not divisible by tp={layout.tp}")
+    if model.num_kv_heads % layout.tp and layout.tp % model.num_kv_heads:
+        problems.append(f"num_kv_heads={model.num_kv_heads} neither divides nor is divisible by tp={layout.tp}")
+    if model.ffn_hidden_size % layout.tp:
+        problems.append(f"ffn_hidden_size={model.ffn_hidden_size} is not divisible by tp={layout.tp}")
+    if layout.cp > 1 and workload.seq_len % (2 * layout.cp):
+        problems.append(f"seq_len={workload.seq_len} is not divisible by 2*cp={2 * layout.cp}")
+    if layout.num_chunks > model.num_layers:
+        problems.append(f"pp*virtual_stages={layout.num_chunks} exceeds num_layers={model.num_layers}")
+    experts = model.moe.num_experts if model.moe else 1
+    if experts % layout.ep:
+        problems.append(f"num_experts={experts} is not divisible by ep={layout.ep}")
+    if layout.global_batch != workload.batch:
+        problems.append(
+            f"dp*micro_batch*num_microbatches={layout.dp}*{layout.micro_batch}*{layout.num_microbatches}="
+            f"{layout.global_batch} != global batch {workload.batch}"
+        )
+    if layout.layer_partition is not None and sum(layout.layer_partition) != model.num_layers:
+        problems.append(f"layer_partition sums to {sum(layout.layer_partition)}, model has {model.num_layers} layers")
+    if problems:
+        raise UserError("invalid layout: " + "; ".join(problems))
+
+
+def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
+    topo = ctx.topology
+    return tuple(RankPlacement(rank=r, host=int(topo.host_of(r)), gpu=int(topo.local_index(r))) for r in range(world))
+
+
+def _cluster_json(cluster: Any) -> dict[str, Any]:
+    return cluster.model_dump(mode="json") if hasattr(cluster, "model_dump") else dict(cluster)
+
+
+def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *, proven: bool, notes: tuple[str, ...] = ()) -> Plan:
+    """Cost one layout rank by rank and wrap it with its inputs, placement and per-stage memory."""
+    table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
+    res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology), rank_layers=np.array([rank_layers]))
+    layout = row_to_layout(row, chunk_partition(rank_layers, row["v"]) if row["pp"] > 1 else None)
+    W = layout.world_size
+    step = float(res.step_time_s[0])
+    tokens = ctx.workload.tokens_per_step
+    model_flops = ctx.model_flops_per_token * tokens
+    _, hw_per_token = ctx.model.training_flops_per_token(ctx.workload.seq_len, layout.recompute, causal=False)
+    mem = res.rank_memory
+    assert mem is not None
+    stages = tuple(
+        StageMemory(
+            stage=r, weights_bytes=float(mem["weights"][0, r]), gradients_bytes=float(mem["gradients"][0, r]),
+            optimizer_bytes=float(mem["optimizer"][0, r]), activations_bytes=float(mem["activations"][0, r]),
+            logits_bytes=float(mem["logits"][0, r]), buffers_bytes=float(mem["buffers"][0, r]),
+            reserve_bytes=float(mem["reserve"][0, r]), total_bytes=float(mem["total"][0, r]),
+            capacity_bytes=ctx.memory_capacity_bytes,
+        )
+        for r in range(layout.pp)
+    )
+    breakdown = Breakdown(
+        compute_s=float(res.compute_s[0]), tp_comm_s=float(res.tp_comm_s[0]), cp_comm_s=float(res.cp_comm_s[0]),
+        ep_comm_s=float(res.ep_comm_s[0]), pp_comm_s=float(res.pp_comm_s[0]), dp_comm_s=float(res.dp_comm_s[0]),
+        bubble_s=float(res.bubble_s[0]), optimizer_s=float(res.optimizer_s[0]),
+    )
+    prediction = Prediction(
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        mfu=model_flops / step / W / ctx.peak_flops,
+        model_tflops_per_gpu=model_flops / step / W / 1e12,
+        hardware_tflops_per_gpu=float(hw_per_token) * tokens / step / W / 1e12,
+        peak_memory_bytes=float(res.peak_memory_bytes[0]),
+        memory_per_stage=stages,
+        breakdown=breakdown,
+        bubble_fraction=float(res.bubble_s[0]) / step,
+        idle_gpus=int(ctx.cluster.num_gpus) - W,
+    )
+    inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
+    return Plan(inputs=inputs, layout=layout, placement=_placement(ctx, W), prediction=prediction,
+                proven_optimal=proven, notes=notes)
+
+
+def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
+    limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages"}
+    context_names = {"flash_attention", "dropout"}
+    layout_pins = {k: v for k, v in pins.items() if v is not None and k not in limit_names | context_names}
+    unknown = set(layout_pins) - set(PIN_FIELDS)
+    if unknown:
+        raise UserError(f"unknown option(s) {sorted(unknown)}", fix=f"pin one of {', '.join(PIN_FIELDS)}")
+    limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and v is not None})
+    options = {k: v for k, v in pins.items() if k in context_names and v is not None}
+    if "mesh_axes" in layout_pins:
+        layout_pins["mesh_axes"] = tuple(layout_pins["mesh_axes"])
+    return Pins(layout_pins), limits, options
+
+
+def search_result(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, keep_all: bool = False,
+                  **pins: Any) -> tuple[CostContext, SearchResult]:
+    """Run the exact search; returns the context and the raw result (rows, stats)."""
+    layout_pins, limits, options = _split_pins(pins)
+    ctx = make_context(model, cluster, workload, **options)
+    return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
+
+
+def _infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, Any]) -> str:
+    if result.best_infeasible is None:
+        what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
+        return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
+                f"{ctx.workload.batch} ({what}); fix: relax the pins or change --global-batch to a multiple of the DP degrees")
+    row, peak = result.best_infeasible
+    cap = ctx.memory_capacity_bytes
+    layout = row_to_layout(row, None)
+    return (
+        f"{ctx.model.name} fits nowhere on {ctx.cluster.num_gpus} x {ctx.gpu.name}: the least-memory layout "
+        f"({layout.describe()}) needs {peak / GiB:.1f} GiB per GPU, {(peak - cap) / GiB:.1f} GiB over the "
+        f"{cap / GiB:.1f} GiB capacity; fix: more GPUs (--nodes), --recompute full, --zero 3, --micro-batch 1, "
+        "or a larger-memory GPU"
+    )
+
+
+def search(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, **pins: Any) -> list[Plan]:
+    """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`)."""
+    ctx, result = search_result(model, cluster, workload, top=top, **pins)
+    n = len(result.step_time_s)
+    if n == 0:
+        raise InfeasibleError(_infeasible_message(ctx, result, pins))
+    plans = []
+    for i in range(n):
+        row = {k: int(v[i]) for k, v in result.table.items()}
+        from planner.cost.partition import balanced_split  # noqa: F401  (split recomputed rank by rank below)
+
+        rank_layers = _best_rank_layers(ctx, row)
+        notes = ()
+        if i == 0 and int(cluster.num_gpus) > row["dp"] * row["tp"] * row["pp"] * row["cp"]:
+            notes = (f"{int(cluster.num_gpus) - row['dp'] * row['tp'] * row['pp'] * row['cp']} GPUs left idle: "
+                     "no layout using all of them is faster",)
+        plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes))
+    return plans
+
+
+def _best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
+    """The optimal split of the compact evaluation, expanded to layers per pipeline rank."""
+    table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
+    res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
+    assert res.split is not None
+    return res.split.counts(0, row["pp"])
+
+
+def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout, *, allow_oom: bool = False,
+             **options: Any) -> Plan:
+    """The prediction for exactly this layout; raises UserError if it is invalid or (unless allow_oom) does not fit."""
+    check_against_model(layout, model, workload, int(cluster.num_gpus))
+    ctx = make_context(model, cluster, workload, **options)
+    row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
+    if layout.layer_partition is not None or layout.pp == 1:
+        rank_layers = _rank_layers_from_partition(layout, model.num_layers)
+    else:
+        rank_layers = _best_rank_layers(ctx, row)
+    plan = build_plan(ctx, row, rank_layers, proven=False)
+    if not allow_oom:
+        over = [s for s in plan.prediction.memory_per_stage if not s.fits]
+        if over:
+            worst = max(over, key=lambda s: s.total_bytes - s.capacity_bytes)
+            raise InfeasibleError(
+                f"layout {layout.describe()} does not fit: pipeline stage {worst.stage} needs "
+                f"{worst.total_bytes / GiB:.1f} GiB, {(worst.total_bytes - worst.capacity_bytes) / GiB:.1f} GiB over "
+                f"the {worst.capacity_bytes / GiB:.1f} GiB GPU (activations {worst.activations_bytes / GiB:.1f} GiB, "
+                f"optimizer {worst.optimizer_bytes / GiB:.1f} GiB); fix: --recompute full, a higher --zero, a smaller "
+                "--micro-batch, or more pp/tp"
+            )
+    return plan

@@ -1,0 +1,1 @@
+"""The `meshplan` command line: thin typer commands over the Python API."""

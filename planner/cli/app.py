@@ -1,0 +1,48 @@
+"""The shared typer application and console helpers.
+
+Each command lives in its own module under `planner.cli` and registers itself on `app`; `planner.cli.main`
+imports them all. Data goes to stdout (`out`), messages and errors to stderr (`err`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="meshplan",
+    help="Plan, compare and run N-dimensional parallel layouts (DP x TP x PP x CP x EP) for large-model training.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Plan, compare and run N-dimensional parallel layouts for large-model training."""
+
+
+out = Console(highlight=False, emoji=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
+
+
+def abort(message: str, code: int = 2) -> NoReturn:
+    """Print one line to stderr and exit: 2 for user errors (the default), 1 for internal ones."""
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(code=code)
+
+
+def write_json_output(text: str, target: str, *, force: bool = False) -> None:
+    """Write a JSON document to `target` ('-' = stdout) atomically; refuse to overwrite without `force`."""
+    from planner.io import write_text_atomic
+
+    if target == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    write_text_atomic(Path(target), text if text.endswith("\n") else text + "\n", force=force)

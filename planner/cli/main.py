@@ -1,0 +1,53 @@
+"""Entry point of the `meshplan` console script.
+
+Imports every command module (each registers itself on the shared app), then runs typer. Only here are
+unexpected exceptions caught: user errors exit 2 with one line; anything else is a meshplan bug and exits
+1 with a short traceback (locals only when MESHPLAN_DEBUG is set).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+from planner.cli.app import app, err
+from planner.errors import UserError
+
+_SKIP = {"app", "main", "__init__"}
+
+
+def _register_commands() -> None:
+    import planner.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name not in _SKIP and not info.name.startswith("_"):
+            importlib.import_module(f"planner.cli.{info.name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register_commands()
+    try:
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except UserError as exc:
+        err.print(f"error: {exc}", markup=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted", markup=False)
+        return 130
+    except Exception:
+        if os.environ.get("MESHPLAN_DEBUG"):
+            raise
+        import traceback
+
+        err.print("internal error (a meshplan bug; rerun with MESHPLAN_DEBUG=1 and report it):", markup=False)
+        err.print("".join(traceback.format_exc(limit=-3)), markup=False)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Communication terms: the time of every dimension's collectives over the links it really uses.
+
+Bandwidth and latency come from the topology graph (`Topology.axis_collective`): the group of each mesh axis
+as laid out in rank order, with all groups of that axis running at once (they share NICs and uplinks).
+Collective times follow NCCL's bus-bandwidth conventions (NCCL tests, doc/PERFORMANCE.md): all-reduce
+2(n-1)/n * S / busbw, all-gather and reduce-scatter (n-1)/n * S / busbw, all-to-all (n-1)/n * S / busbw,
+p2p S / bw, each plus the topology's latency term. A topology estimate is affine in the message size, so we
+read its two coefficients once per (mesh, axis, kind) and apply them to whole columns of message sizes.
+
+What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hidden, 16-bit activations):
+- TP (Megatron, Shoeybi et al. 2019 Sec. 3; Korthikanti et al. 2022 Sec. 4.2.2): two all-reduces of T*h in
+  forward and two in backward; with SP the same volume as all-gather + reduce-scatter pairs. Not overlapped.
+- CP (Llama 3 paper Sec. 3.3.2): all-gather of K and V (2*T*kv_dim/tp per rank, cp ranks) in forward and a
+  reduce-scatter of their gradients in backward; overlapped with the attention core, only the excess shows.
+- EP (Lepikhin et al. 2020, GShard): all-to-all dispatch and combine of T*top_k*h per MoE layer, forward and
+  backward. Not overlapped.
+- PP (Narayanan et al. 2021 Sec. 4.1 scatter/gather): one p2p of T*h/tp (with SP) per stage boundary and
+  micro-batch chunk, forward and backward, on the critical path.
+- DP/FSDP (Rajbhandari et al. 2020; Zhao et al. 2023, PyTorch FSDP): see `dp_time_s`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.context import CostContext
+
+_PROBE_BYTES = 1e9
+
+
+class AxisBandwidth:
+    """Affine collective-time coefficients per (mesh shape, axis, kind), cached across calls."""
+
+    def __init__(self, topology) -> None:
+        self.topology = topology
+        self._cache: dict[tuple, tuple[float, float, str]] = {}
+
+    def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
+        """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`."""
+        if mesh_shape[axis] == 1:
+            return 0.0, 0.0, "none"
+        key = (kind, mesh_shape, axis)
+        hit = self._cache.get(key)
+        if hit is None:
+            est = self.topology.axis_collective(kind, mesh_shape, axis)
+            t0 = float(est.time_s(0.0))
+            t1 = float(est.time_s(_PROBE_BYTES))
+            hit = (t0, (t1 - t0) / _PROBE_BYTES, str(getattr(est, "bottleneck", "")))
+            self._cache[key] = hit
+        return hit
+
+
+
+def affine(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:
+    a, b = coeffs
+    return np.where(nbytes > 0, a + b * nbytes, 0.0)
+
+
+def tp_layer_fwd_s(ctx: CostContext, ar, tokens: np.ndarray) -> np.ndarray:
+    """Forward TP communication of one layer and micro-batch: 2 all-reduce-volumes of T*h activations."""
+    return 2 * affine(ar, tokens * ctx.model.hidden_size * ctx.act_bytes)
+
+
+def cp_layer_fwd_s(ctx: CostContext, ag, tokens: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    """Forward CP all-gather of K and V (full gathered size cp * local) for one layer and micro-batch."""
+    kv_dim = ctx.model.num_kv_heads * ctx.model.head_dim
+    gathered = 2 * tokens * cp * kv_dim / tp * ctx.act_bytes
+    return affine(ag, np.where(cp > 1, gathered, 0.0))
+
+
+def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Forward EP all-to-all dispatch + combine of one MoE layer and micro-batch."""
+    if ctx.model.moe is None:
+        return np.zeros_like(tokens, dtype=float)
+    msg = tokens * ctx.model.moe.top_k * ctx.model.hidden_size * ctx.act_bytes
+    return 2 * affine(a2a, np.where(ep > 1, msg, 0.0))
+
+
+def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """One stage-boundary transfer of one micro-batch's activations (scatter/gather: 1/tp of them)."""
+    msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(sp | (tp > 1), tp, 1)
+    return affine(p2p, msg)
+
+
+def dp_time_s(
+    ctx: CostContext,
+    params: np.ndarray,
+    zero: np.ndarray,
+    m: np.ndarray,
+    shard_rs,
+    shard_ag,
+    replicate_ar,
+    dp_shard: np.ndarray,
+    window_fwd_s: np.ndarray,
+    window_bwd_s: np.ndarray,
+    layers: np.ndarray,
+) -> np.ndarray:
+    """Exposed data-parallel time per step on one pipeline rank holding `params` parameters.
+
+    Volumes (G = grads, W = 16-bit weights; S = sharding group, R = replicate group):
+      ZeRO-0 (DDP): all-reduce G over R once per step (grad accumulation keeps local sums).
+      ZeRO-1: reduce-scatter G over S + all-reduce G/S over R once per step; all-gather W over S after the
+              optimizer (Megatron distributed optimizer).
+      ZeRO-2: reduce-scatter G over S after every micro-batch (gradients are kept sharded) + the R all-reduce
+              and W all-gather once.
+      ZeRO-3 (FSDP): per micro-batch all-gather W in forward, again in backward, reduce-scatter G; R all-reduce
+              once (HSDP).
+    Overlap model (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP prefetching): per-step
+    gradient traffic hides behind the last micro-batch's backward, per-step parameter gathers behind the next
+    step's first forward, and per-micro-batch traffic behind that micro-batch's forward/backward; only the
+    excess is exposed, plus one layer's bucket (the first gather / last reduction cannot overlap).
+    """
+    grad_b = params * ctx.grad_bytes
+    w_b = params * ctx.weight_bytes
+    shard = dp_shard.astype(float)
+    rs = affine(shard_rs, grad_b)
+    ag = affine(shard_ag, w_b)
+    ar_rep = affine(replicate_ar, grad_b / np.where(zero >= 1, shard, 1.0))
+    mf = m.astype(float)
+    bucket = 1.0 / np.maximum(layers.astype(float), 1.0)
+
+    def hidden(comm, window):
+        return np.maximum(comm - window, comm * bucket)
+
+    z0 = hidden(ar_rep, window_bwd_s)
+    z1 = hidden(rs + ar_rep, window_bwd_s) + hidden(ag, window_fwd_s)
+    z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + hidden(ag, window_fwd_s)
+    z3 = mf * (hidden(ag, window_fwd_s) + hidden(ag + rs, window_bwd_s)) + hidden(ar_rep, window_bwd_s)
+    return np.select([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3)
+
+
+def optimizer_step_s(ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
+    """AdamW update: memory-bound pass over master weights, moments, gradients and 16-bit weights.
+
+    Bytes per parameter touched: read+write fp32 master, m, v (24), read gradient (2 or 4), write 16-bit
+    weight (2) — the fused Adam kernels are bandwidth-bound (Apex/PyTorch fused AdamW).
+    """
+    per_param = 24 + ctx.grad_bytes + ctx.weight_bytes
+    local = params / np.where(zero >= 1, dp_shard.astype(float), 1.0)
+    return local * per_param / ctx.memory_bandwidth_Bps

@@ -1,0 +1,194 @@
+"""`CostContext`: the scalars of one (model, cluster, workload) that every cost term reads.
+
+Built once per search; it condenses the `ModelSpec` into per-layer-type tables (dense and MoE layers differ)
+of GEMM FLOPs per token, parameters and activation sizes, and reads the GPU numbers from the cluster's
+profile, so the vectorised terms never call back into Python objects per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from planner.model import ModelSpec
+from planner.workload import Workload
+
+# Mixed-precision Adam bytes per parameter (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 and Fig. 1):
+# 2 (bf16/fp16 weights) + 2 (16-bit gradients) + K=12 (fp32 master weights, momentum, variance).
+WEIGHT_BYTES_16BIT = 2
+GRAD_BYTES_16BIT = 2
+OPTIMIZER_BYTES_MIXED = 12  # fp32 master + Adam m + Adam v (ZeRO paper's K = 12)
+# Without mixed precision (fp32 training, e.g. CPU runs): 4 weights + 4 grads + 8 (m, v).
+WEIGHT_BYTES_FP32 = 4
+GRAD_BYTES_FP32 = 4
+OPTIMIZER_BYTES_FP32 = 8
+
+
+_REPLICATED_GEMMS = frozenset({"mla_q_down", "mla_kv_down"})
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """One kind of decoder layer (dense or MoE) as the cost terms need it."""
+
+    count: int
+    dense_params: int  # parameters replicated across EP (attention, norms, dense MLP / shared experts, router)
+    expert_params: int  # routed-expert parameters (sharded by EP)
+    gemm_flops_per_token: tuple[float, ...]  # forward FLOPs per token of each weight GEMM at tp=1
+    gemm_split_by_tp: tuple[bool, ...]
+    router_flops_per_token: float
+    expert_flops_per_token: float  # top_k routed experts, forward, per token (tp=1)
+    expert_gemm_flops_per_token_one_expert: float  # one expert's GEMMs, per routed token
+    attn_flops_per_token: float  # attention core (QK^T and AV), forward, per token, at the workload seq len
+    attn_recompute_flops_per_token: float  # what selective recomputation redoes (Korthikanti 2022 Sec. 4.2)
+
+
+@dataclass
+class CostContext:
+    """Everything the vectorised cost terms need, computed once per (model, cluster, workload)."""
+
+    model: ModelSpec
+    cluster: Any  # hardware_profiles.Cluster
+    workload: Workload
+    topology: Any  # planner.topology.Topology
+    flash_attention: bool = True
+    dropout: bool | None = None  # None: GPT-style (layernorm) models have dropout, Llama-style do not
+    layer_types: list[LayerType] = field(default_factory=list)
+    layer_type_of: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.dropout is None:
+            self.dropout = self.model.norm == "layernorm"
+        self._build_layer_types()
+
+    # Model condensation ------------------------------------------------------------------------
+    def _build_layer_types(self) -> None:
+        m, s = self.model, self.workload.seq_len
+        keys: dict[bool, int] = {}
+        for i in range(m.num_layers):
+            moe = bool(m.is_moe_layer(i))
+            if moe not in keys:
+                keys[moe] = len(self.layer_types)
+                self.layer_types.append(self._layer_type(i, s))
+            self.layer_type_of.append(keys[moe])
+        counts = np.bincount(self.layer_type_of, minlength=len(self.layer_types))
+        self.layer_types = [
+            LayerType(**{**lt.__dict__, "count": int(c)}) for lt, c in zip(self.layer_types, counts)
+        ]
+
+    def _layer_type(self, i: int, seq_len: int) -> LayerType:
+        m = self.model
+        causal = self.flash_attention
+        fl = m.layer_forward_flops(i, seq_len, causal=causal)
+        flops, split = [], []
+        for name, mm, k, n in m.layer_gemms(i, 1, tp=1):
+            if name.startswith(("moe_expert", "moe_router")):
+                continue  # routed experts and the router are costed separately below
+            flops.append(2.0 * mm * k * n)
+            # Megatron split (planner.model.flops.layer_gemms): all but the MLA down-projections split over tp.
+            split.append(name not in _REPLICATED_GEMMS)
+        expert_total = float(getattr(fl, "moe_experts", 0.0))
+        moe = m.moe if m.is_moe_layer(i) else None
+        one_expert = expert_total / moe.top_k if moe else 0.0
+        attn = float(fl.attn_scores)
+        return LayerType(
+            count=0,
+            dense_params=int(m.layer_dense_params(i)),
+            expert_params=int(m.layer_expert_params(i)),
+            gemm_flops_per_token=tuple(flops),
+            gemm_split_by_tp=tuple(split),
+            router_flops_per_token=float(getattr(fl, "moe_router", 0.0)),
+            expert_flops_per_token=expert_total,
+            expert_gemm_flops_per_token_one_expert=one_expert,
+            attn_flops_per_token=attn,
+            attn_recompute_flops_per_token=attn,
+        )
+
+    # Hardware ----------------------------------------------------------------------------------
+    @cached_property
+    def gpu(self) -> Any:
+        """The (slowest) GPU profile of the cluster: a synchronous step runs at the pace of the slowest GPU."""
+        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
+        return min(profiles, key=lambda g: g.peak_flops.get(self.compute_dtype, 0.0))
+
+    @property
+    def compute_dtype(self) -> str:
+        dt = self.workload.dtype
+        return "fp32" if self.gpu_kind_is_cpu else dt
+
+    @cached_property
+    def gpu_kind_is_cpu(self) -> bool:
+        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
+        return any(getattr(g, "vendor", "") == "cpu" or g.name == "cpu" for g in profiles)
+
+    @cached_property
+    def peak_flops(self) -> float:
+        return float(self.gpu.peak_flops[self.compute_dtype])
+
+    @cached_property
+    def max_fraction(self) -> float:
+        return float(self.gpu.matmul_efficiency.max_fraction)
+
+    @cached_property
+    def half_flops(self) -> float:
+        return float(self.gpu.matmul_efficiency.half_flops)
+
+    @cached_property
+    def memory_bandwidth_Bps(self) -> float:
+        return float(self.gpu.memory_bandwidth_Bps)
+
+    @cached_property
+    def memory_capacity_bytes(self) -> float:
+        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
+        return float(min(g.memory_bytes for g in profiles))
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element: 16-bit on GPUs, fp32 on CPU runs."""
+        return 4 if self.gpu_kind_is_cpu else self.workload.bytes_per_element if self.workload.dtype != "fp8" else 2
+
+    @property
+    def mixed_precision(self) -> bool:
+        return not self.gpu_kind_is_cpu and self.workload.dtype != "fp32"
+
+    @property
+    def weight_bytes(self) -> int:
+        return WEIGHT_BYTES_16BIT if self.mixed_precision else WEIGHT_BYTES_FP32
+
+    @property
+    def grad_bytes(self) -> int:
+        return GRAD_BYTES_16BIT if self.mixed_precision else GRAD_BYTES_FP32
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return OPTIMIZER_BYTES_MIXED if self.mixed_precision else OPTIMIZER_BYTES_FP32
+
+    # Model totals --------------------------------------------------------------------------------
+    @cached_property
+    def embedding_params(self) -> int:
+        return int(self.model.embedding_params())
+
+    @cached_property
+    def head_params(self) -> int:
+        """Final norm + LM head held by the last pipeline chunk (its own copy even when embeddings are tied)."""
+        return int(self.model.lm_head_params()) + int(self.model.hidden_size * (2 if self.model.norm == "layernorm" else 1))
+
+    @cached_property
+    def logits_flops_per_token(self) -> float:
+        return float(self.model.logits_forward_flops())
+
+    @cached_property
+    def model_flops_per_token(self) -> float:
+        """Training FLOPs per token used for MFU: 3 x forward, full (non-causal) attention, logits included.
+
+        This is the Korthikanti et al. 2022 Eq. 7 / PaLM (Chowdhery et al. 2022, App. B) convention; it does
+        not count recomputation.
+        """
+        model_flops, _ = self.model.training_flops_per_token(self.workload.seq_len, "none", causal=False)
+        return float(model_flops)
+
+    def layer_type_counts(self) -> np.ndarray:
+        return np.array([lt.count for lt in self.layer_types])

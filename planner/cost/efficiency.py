@@ -1,0 +1,29 @@
+"""Achieved matmul throughput as a function of GEMM size: an efficiency curve, not one constant.
+
+Small GEMMs cannot fill the GPU (too few tiles for the SMs, fixed launch and tail costs); large ones reach a
+plateau below the datasheet peak. We model the achieved fraction of peak for a GEMM of F FLOPs as a
+saturating curve
+
+    eff(F) = max_fraction * F / (F + half_flops)
+
+whose two parameters live in each GPU profile (`matmul_efficiency`), with their sources there: the plateau
+from published cuBLAS measurements and NVIDIA's Deep Learning Performance guide ("Matrix Multiplication
+Background"), the knee from the same guide's wave-quantisation discussion; `meshplan calibrate` measures
+both on the user's own machine. This is the same hyperbolic form that roofline-style latency models use
+(time = F / (peak*max) + half_flops / (peak*max): a fixed per-GEMM overhead plus a throughput term).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def gemm_time_s(flops: np.ndarray | float, peak_flops: float, max_fraction: float, half_flops: float) -> np.ndarray:
+    """Seconds for a GEMM of `flops` FLOPs: F / (peak * eff(F)) = (F + half_flops) / (peak * max_fraction)."""
+    flops = np.asarray(flops, dtype=float)
+    return np.where(flops > 0, (flops + half_flops) / (peak_flops * max_fraction), 0.0)
+
+
+def achieved_fraction(flops: np.ndarray | float, max_fraction: float, half_flops: float) -> np.ndarray:
+    flops = np.asarray(flops, dtype=float)
+    return max_fraction * flops / (flops + half_flops)

@@ -1,0 +1,105 @@
+"""Memory per pipeline rank: weights, gradients, optimizer state, activations, logits, buffers, reserve.
+
+Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision Adam, K = 12):
+  16-bit weights 2 B, 16-bit gradients 2 B, fp32 master + Adam moments 12 B per parameter; ZeRO-1 shards the
+  12 B over the DP sharding group, ZeRO-2 also the gradients, ZeRO-3 also the weights. fp32 runs (CPU):
+  4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
+  embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank.
+
+Activations per layer and micro-batch (Korthikanti et al. 2022 Sec. 4, Table 2; 16-bit values, 1-byte
+dropout masks), generalised to GQA and gated MLPs; s = seq/cp, b = micro-batch, h hidden, f ffn, a heads,
+g = kv_heads/heads:
+  attention: QKV input 2sbh, Q 2sbh, K and V 2sbh*g each, projection input 2sbh, dropout mask sbh,
+             and without FlashAttention the softmax output 2as^2b, its dropout mask as^2b and output 2as^2b
+             (5as^2b); FlashAttention stores only the output and the log-sum-exp (Dao et al. 2022 Sec. 3.1);
+  MLP:       input 2sbh, GELU: fc1 output 2sbf + GELU output 2sbf; SwiGLU: gate and up outputs 4sbf + product
+             input 2sbf; dropout mask sbh; (GELU with f = 4h gives the paper's 19sbh)
+  norms:     2 x 2sbh.
+  TP without SP divides only the TP-local parts; with SP everything is divided by tp (Table 2). Selective
+  recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP).
+  Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
+  act_bytes/2 for fp32 runs.
+In-flight micro-batches per pipeline rank r of p (Narayanan et al. 2021 Sec. 2.2; Korthikanti 2022 Sec. 4.2.3):
+  GPipe m; 1F1B and ZB-H1 (Qi et al. 2023 Sec. 3) p - r; interleaved with v chunks
+  ((p - r - 1) * 2 + (v - 1) * p + 1) / v, which is p(1 + (p-1)/(pv)) for r = 0 as in Korthikanti.
+Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term).
+FSDP/ZeRO-3 keeps two gathered layers (current + prefetch) of 16-bit weights and their gradients as buffers.
+Reserve: 1 GiB for the CUDA context and NCCL buffers plus 5 % of capacity for allocator fragmentation
+(PyTorch CUDA caching allocator notes; NCCL buffer size NCCL_BUFFSIZE 4 MiB per channel and peer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.context import CostContext
+
+RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
+RESERVE_FRACTION = 0.05  # allocator fragmentation, see module docstring
+
+
+def activation_bytes_per_layer(
+    ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray, sp: np.ndarray, recompute: np.ndarray
+) -> np.ndarray:
+    """Stored activation bytes of one layer for one micro-batch (see module docstring)."""
+    m = ctx.model
+    s = ctx.workload.seq_len / cp.astype(float)
+    bf = b.astype(float)
+    t = tp.astype(float)
+    h = float(m.hidden_size)
+    q_dim = float(m.num_heads * m.head_dim)
+    kv_dim = float(m.num_kv_heads * m.head_dim)
+    f = float(m.ffn_hidden_size)
+    a = float(m.num_heads)
+    drop = 1.0 if ctx.dropout else 0.0
+    sbh = s * bf * h
+    # TP-local parts (divided by t always)
+    attn_local = s * bf * (2 * q_dim + 2 * 2 * kv_dim + 2 * q_dim)  # Q, K, V, projection input
+    mlp_local = s * bf * (4 * f if m.mlp == "gelu" else 6 * f)
+    scores = np.zeros_like(sbh) if ctx.flash_attention else 5 * a * s * s * bf
+    scores = np.where(recompute >= 1, 0.0, scores)
+    # Replicated without SP: QKV input, MLP input, two norm inputs, dropout masks.
+    replicated = sbh * (2 + 2 + 4 + 2 * drop)
+    per_layer = (attn_local + mlp_local + scores) / t + np.where(sp, replicated / t, replicated)
+    full = np.where(sp, 2 * sbh / t, 2 * sbh)
+    per_layer = np.where(recompute == 2, full, per_layer)
+    return per_layer * (ctx.act_bytes / 2.0)
+
+
+def inflight_microbatches(schedule: np.ndarray, rank: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations a pipeline rank holds at its peak (schedule codes: see evaluate.SCHEDULES)."""
+    p = pp.astype(float)
+    r = rank.astype(float)
+    vv = v.astype(float)
+    one_f1b = p - r
+    interleaved = ((p - r - 1) * 2 + (vv - 1) * p + 1) / vv
+    out = np.select([schedule == 0, schedule == 2], [m.astype(float), interleaved], one_f1b)
+    out = np.where(pp == 1, 1.0, out)
+    return np.minimum(out, m.astype(float))
+
+
+def model_state_bytes(
+    ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU."""
+    shard = dp_shard.astype(float)
+    w = params * ctx.weight_bytes / np.where(zero >= 3, shard, 1.0)
+    g = params * ctx.grad_bytes / np.where(zero >= 2, shard, 1.0)
+    o = params * ctx.optimizer_bytes / np.where(zero >= 1, shard, 1.0)
+    return w, g, o
+
+
+def logits_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    s = ctx.workload.seq_len / cp.astype(float)
+    return 2 * 4 * s * b.astype(float) * ctx.model.vocab_size / tp.astype(float)
+
+
+def fsdp_buffer_bytes(ctx: CostContext, layer_params_local: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """Two gathered layers (current + prefetched) of weights and unsharded gradients under ZeRO-3."""
+    return np.where(zero >= 3, 2 * layer_params_local * (ctx.weight_bytes + ctx.grad_bytes), 0.0)
+
+
+def reserve_bytes(ctx: CostContext) -> float:
+    if ctx.gpu_kind_is_cpu:
+        return 0.0
+    return RESERVE_FIXED_BYTES + RESERVE_FRACTION * ctx.memory_capacity_bytes

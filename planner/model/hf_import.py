@@ -1,0 +1,254 @@
+"""Read a Hugging Face `config.json` into a `ModelSpec` (plain JSON, no transformers dependency).
+
+Supported `model_type`s and what they map to (defaults are those of the transformers config classes):
+  llama, mistral, qwen2   SwiGLU, RMSNorm, RoPE, GQA; qwen2 has q/k/v biases (hard-wired in Qwen2Attention)
+  mixtral                 as mistral, every layer MoE (num_local_experts, num_experts_per_tok)
+  gpt2                    GELU, LayerNorm, learned positions, biases on every linear, tied by default
+  gpt_neox                GELU, LayerNorm, (partial) RoPE, biases on every linear, untied by default
+  deepseek_v3             MLA + DeepSeekMoE (first_k_dense_replace, n_routed/n_shared experts); the
+                          multi-token-prediction module (num_nextn_predict_layers) is not part of the spec
+Sliding-window attention, where a config enables it, is not modelled: the spec counts full causal
+attention and its `source` says so.
+
+    from planner.model import from_hf_config
+    spec = from_hf_config("path/to/config.json")
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.errors import UserError, format_validation_error
+from planner.model.spec import ModelSpec
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "gpt2", "gpt_neox", "deepseek_v3")
+
+_MISSING = object()
+
+
+class _Config:
+    """Key access that turns a missing key into a one-line UserError naming the file and the key."""
+
+    def __init__(self, data: dict[str, Any], path: Path) -> None:
+        self.data, self.path = data, path
+
+    def req(self, key: str) -> Any:
+        value = self.data.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            raise UserError(
+                f"required key '{key}' is missing (model_type={self.data.get('model_type')!r})",
+                where=str(self.path),
+                fix=f"add '{key}' from the model's published config.json",
+            )
+        return value
+
+    def get(self, key: str, default: Any) -> Any:
+        value = self.data.get(key)
+        return default if value is None else value
+
+
+def from_hf_config(path: str | Path) -> ModelSpec:
+    """Parse a Hugging Face config.json into a ModelSpec; UserError on anything unsupported or missing."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError("file not found", where=str(path), fix="pass the path of a config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(
+            f"cannot read JSON ({exc})", where=str(path), fix="pass a valid config.json"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(
+            "top level is not a JSON object", where=str(path), fix="pass a Hugging Face config.json"
+        )
+    return spec_from_hf_dict(data, path)
+
+
+def spec_from_hf_dict(data: dict[str, Any], path: Path) -> ModelSpec:
+    cfg = _Config(data, path)
+    model_type = data.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UserError(
+            f"model_type={model_type!r} is not supported",
+            where=str(path),
+            fix=f"use one of {', '.join(SUPPORTED_MODEL_TYPES)} or write a meshplan model YAML",
+        )
+    builder = {
+        "llama": _llama_like,
+        "mistral": _llama_like,
+        "qwen2": _llama_like,
+        "mixtral": _llama_like,
+        "gpt2": _gpt2,
+        "gpt_neox": _gpt_neox,
+        "deepseek_v3": _deepseek_v3,
+    }[model_type]
+    fields, notes = builder(cfg)
+    fields.setdefault("name", _name(data, path))
+    fields["source"] = f"Hugging Face config.json {path} (model_type={model_type})" + "".join(
+        f"; {n}" for n in notes
+    )
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(exc, str(path))) from None
+
+
+def _name(data: dict[str, Any], path: Path) -> str:
+    name = data.get("_name_or_path")
+    if isinstance(name, str) and name:
+        return name.rstrip("/").split("/")[-1]
+    return path.parent.name if path.stem == "config" and path.parent.name else path.stem
+
+
+def _require_act(cfg: _Config, key: str, allowed: tuple[str, ...], default: str) -> str:
+    act = cfg.get(key, default)
+    if act not in allowed:
+        raise UserError(
+            f"{key}={act!r} is not supported for model_type={cfg.data.get('model_type')!r}",
+            where=str(cfg.path),
+            fix=f"use one of {', '.join(allowed)}",
+        )
+    return act
+
+
+def _attention_bias(cfg: _Config) -> tuple[bool, bool]:
+    """Llama-family attention_bias/mlp_bias -> (qkv_bias, linear_bias); other combinations are not modelled."""
+    attn, mlp = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
+    if attn != mlp:
+        raise UserError(
+            f"attention_bias={attn} with mlp_bias={mlp} is not supported (biases on some linears only)",
+            where=str(cfg.path),
+            fix="set both to the same value, or describe the model in a meshplan model YAML",
+        )
+    return attn, attn
+
+
+def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
+    mt = cfg.data["model_type"]
+    heads = cfg.req("num_attention_heads")
+    _require_act(cfg, "hidden_act", ("silu",), "silu")
+    qkv_bias, linear_bias = (True, False) if mt == "qwen2" else _attention_bias(cfg)
+    fields: dict[str, Any] = {
+        "num_layers": cfg.req("num_hidden_layers"),
+        "hidden_size": cfg.req("hidden_size"),
+        "num_heads": heads,
+        "num_kv_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": cfg.get("head_dim", None),
+        "ffn_hidden_size": cfg.req("intermediate_size"),
+        "vocab_size": cfg.req("vocab_size"),
+        "max_seq_len": cfg.req("max_position_embeddings"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "position": "rope",
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "qkv_bias": qkv_bias,
+        "linear_bias": linear_bias,
+    }
+    notes = []
+    window = cfg.get("sliding_window", None)
+    if window is not None and (mt != "qwen2" or cfg.get("use_sliding_window", False)):
+        notes.append(f"sliding_window={window} not modelled (full causal attention counted)")
+    if mt == "mixtral":
+        fields["moe"] = {
+            "num_experts": cfg.req("num_local_experts"),
+            "top_k": cfg.req("num_experts_per_tok"),
+            "expert_ffn_hidden_size": cfg.req("intermediate_size"),
+        }
+    return fields, notes
+
+
+def _gpt2(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
+    h = cfg.req("n_embd")
+    _require_act(
+        cfg, "activation_function", ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"), "gelu_new"
+    )
+    return {
+        "num_layers": cfg.req("n_layer"),
+        "hidden_size": h,
+        "num_heads": cfg.req("n_head"),
+        "ffn_hidden_size": cfg.get("n_inner", 4 * h),  # GPT2MLP: n_inner or 4 * n_embd
+        "vocab_size": cfg.req("vocab_size"),
+        "max_seq_len": cfg.req("n_positions"),
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "position": "learned",
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "linear_bias": True,
+    }, []
+
+
+def _gpt_neox(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
+    _require_act(cfg, "hidden_act", ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"), "gelu")
+    if not cfg.get("attention_bias", True):
+        raise UserError(
+            "attention_bias=false is not supported for gpt_neox (MLP biases would remain)",
+            where=str(cfg.path),
+            fix="describe the model in a meshplan model YAML",
+        )
+    notes = []
+    if cfg.get("rotary_pct", 1.0) != 1.0:
+        notes.append(f"rotary_pct={cfg.get('rotary_pct', 1.0)} (partial RoPE, no parameters)")
+    return {
+        "num_layers": cfg.req("num_hidden_layers"),
+        "hidden_size": cfg.req("hidden_size"),
+        "num_heads": cfg.req("num_attention_heads"),
+        "ffn_hidden_size": cfg.req("intermediate_size"),
+        "vocab_size": cfg.req("vocab_size"),
+        "max_seq_len": cfg.req("max_position_embeddings"),
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "position": "rope",
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "linear_bias": True,
+    }, notes
+
+
+def _deepseek_v3(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
+    _require_act(cfg, "hidden_act", ("silu",), "silu")
+    if cfg.get("attention_bias", False):
+        raise UserError(
+            "attention_bias=true is not supported with MLA", where=str(cfg.path), fix="set it false"
+        )
+    heads = cfg.req("num_attention_heads")
+    notes = []
+    mtp = cfg.get("num_nextn_predict_layers", 0)
+    if mtp:
+        notes.append(f"num_nextn_predict_layers={mtp} multi-token-prediction module excluded")
+    q_lora = cfg.data.get("q_lora_rank")  # null means no query compression (DeepSeek-V2-Lite)
+    return {
+        "num_layers": cfg.req("num_hidden_layers"),
+        "hidden_size": cfg.req("hidden_size"),
+        "num_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": cfg.req("qk_nope_head_dim") + cfg.req("qk_rope_head_dim"),
+        "ffn_hidden_size": cfg.req("intermediate_size"),
+        "vocab_size": cfg.req("vocab_size"),
+        "max_seq_len": cfg.req("max_position_embeddings"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "position": "rope",
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "attention": "mla",
+        "mla": {
+            "q_lora_rank": q_lora,
+            "kv_lora_rank": cfg.req("kv_lora_rank"),
+            "qk_nope_head_dim": cfg.req("qk_nope_head_dim"),
+            "qk_rope_head_dim": cfg.req("qk_rope_head_dim"),
+            "v_head_dim": cfg.req("v_head_dim"),
+        },
+        "moe": {
+            "num_experts": cfg.req("n_routed_experts"),
+            "top_k": cfg.req("num_experts_per_tok"),
+            "num_shared_experts": cfg.get("n_shared_experts", 0),
+            "expert_ffn_hidden_size": cfg.req("moe_intermediate_size"),
+            "moe_layer_freq": cfg.get("moe_layer_freq", 1),
+            "first_k_dense": cfg.get("first_k_dense_replace", 0),
+            # noaux_tc keeps a per-expert e_score_correction_bias parameter in the gate (modeling_deepseek.py)
+            "router_bias": cfg.get("topk_method", "greedy") == "noaux_tc",
+        },
+    }, notes

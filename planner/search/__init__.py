@@ -1,0 +1,1 @@
+"""Exact layout search: enumerate the space as tables, bound, evaluate vectorised, prove the optimum."""

@@ -1,0 +1,61 @@
+"""`Workload`: what is trained per step (batch, sequence length, precision, optimizer).
+
+The global batch is given either in sequences (`global_batch`) or tokens (`global_batch_tokens`, which
+must be a multiple of `seq_len`); both normalise to `global_batch` sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DType = Literal["bf16", "fp16", "fp32", "fp8"]
+
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+class Workload(BaseModel):
+    """One optimizer step of training: global batch, sequence length, compute dtype, optimizer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    global_batch: int | None = Field(None, ge=1, description="Sequences per optimizer step (all DP replicas together).")
+    global_batch_tokens: int | None = Field(None, ge=1, description="Tokens per optimizer step; alternative to global_batch.")
+    seq_len: int = Field(2048, ge=1, description="Tokens per sequence.")
+    dtype: DType = Field("bf16", description="Compute dtype of matmuls and activations.")
+    optimizer: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW keeps two fp32 moments per parameter.")
+    master_weights_fp32: bool = Field(
+        True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
+    )
+
+    @model_validator(mode="after")
+    def _normalise(self) -> Workload:
+        if self.global_batch is None and self.global_batch_tokens is None:
+            object.__setattr__(self, "global_batch", 8)
+        if self.global_batch_tokens is not None:
+            if self.global_batch_tokens % self.seq_len:
+                raise ValueError(
+                    f"global_batch_tokens={self.global_batch_tokens} is not a multiple of seq_len={self.seq_len}"
+                )
+            seqs = self.global_batch_tokens // self.seq_len
+            if self.global_batch is not None and self.global_batch != seqs:
+                raise ValueError(
+                    f"global_batch={self.global_batch} disagrees with global_batch_tokens/seq_len={seqs}; give one"
+                )
+            object.__setattr__(self, "global_batch", seqs)
+        return self
+
+    @property
+    def batch(self) -> int:
+        """Global batch in sequences (always set after validation)."""
+        assert self.global_batch is not None
+        return self.global_batch
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def bytes_per_element(self) -> int:
+        return BYTES_PER_ELEMENT[self.dtype]
