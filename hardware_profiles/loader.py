@@ -1,0 +1,206 @@
+"""Load profiles by name (the data folder) or by path (a user's YAML), and resolve cluster sizes.
+
+Any name argument that is an existing file, or ends with .yaml/.yml, is read as a file; otherwise it is
+looked up in `hardware_profiles/data/<kind>/<name>.yaml`. Loading is `yaml.safe_load` then
+`model_validate`; every failure is a one-line `ProfileError` (file, field, bad value, allowed values).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from hardware_profiles.cluster import Cluster, HostGroup
+from hardware_profiles.cluster_schema import ClusterSpec, NodeGroup
+from hardware_profiles.errors import ProfileError
+from hardware_profiles.schema import GPUProfile, LinkProfile
+
+DATA_DIR = Path(__file__).parent / "data"
+M = TypeVar("M", bound=BaseModel)
+
+
+def _names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (DATA_DIR / kind).glob("*.yaml"))
+
+
+def list_gpus() -> list[str]:
+    """Names of the built-in GPU profiles."""
+    return _names("gpus")
+
+
+def list_links() -> list[str]:
+    """Names of the built-in link profiles."""
+    return _names("links")
+
+
+def list_clusters() -> list[str]:
+    """Names of the built-in cluster profiles."""
+    return _names("clusters")
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
+
+
+def _locate(kind: str, name: str, *, base: Path | None = None, where: str | None = None) -> Path:
+    """Path of profile `name` of `kind` ('gpus', 'links', 'clusters')."""
+    if not isinstance(name, str) or not name:
+        raise ProfileError(f"bad {kind[:-1]} name {name!r}", where=where, allowed=", ".join(_names(kind)))
+    if _is_path(name):
+        path = Path(name)
+        if not path.is_absolute() and base is not None and not path.is_file():
+            path = base / path
+        if not path.is_file():
+            raise ProfileError(f"file {name!r} not found", where=where, allowed="an existing .yaml file")
+        return path
+    path = DATA_DIR / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise ProfileError(
+            f"unknown {kind[:-1]} name {name!r}", where=where, allowed=", ".join(_names(kind)) + " or a .yaml path"
+        )
+    return path
+
+
+def _format_validation(exc: ValidationError, source: str) -> str:
+    items = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ())) or "<root>"
+        bad = e.get("input")
+        text = "{...}" if isinstance(bad, dict) else repr(bad)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        msg = e.get("msg", "").removeprefix("Value error, ")
+        items.append(f"field '{loc}' = {text}: {msg}")
+    return f"{source}: " + "; ".join(items)
+
+
+@lru_cache(maxsize=256)
+def _read(path: Path, model: type[M]) -> M:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ProfileError(f"cannot read YAML ({' '.join(str(exc).split())})", where=str(path)) from None
+    if not isinstance(data, dict):
+        raise ProfileError("expected a mapping of fields at the top level", where=str(path))
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(_format_validation(exc, str(path))) from None
+
+
+def gpu(name: str) -> GPUProfile:
+    """The GPU profile `name` (built-in name or YAML path)."""
+    return _read(_locate("gpus", name).resolve(), GPUProfile)
+
+
+def link(name: str) -> LinkProfile:
+    """The link profile `name` (built-in name or YAML path)."""
+    return _read(_locate("links", name).resolve(), LinkProfile)
+
+
+def cluster_spec(name: str) -> tuple[ClusterSpec, Path]:
+    """The cluster file `name` as written (no sizes resolved), with its path."""
+    path = _locate("clusters", name).resolve()
+    return _read(path, ClusterSpec), path
+
+
+def _split_hosts(groups: list[NodeGroup], hosts: int) -> list[int]:
+    """Hosts per group for a request of `hosts`: largest remainder over weights, ties to the earlier group."""
+    weights = [g.weight if g.weight is not None else float(g.count) for g in groups]
+    quotas = [hosts * w / sum(weights) for w in weights]
+    counts = [math.floor(q) for q in quotas]
+    order = sorted(range(len(groups)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in order[: hosts - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int | None) -> tuple[int, int]:
+    """(hosts, gpus per host) for a request."""
+    if nodes is not None and gpus is not None:
+        raise ProfileError("give nodes= or gpus=, not both", where=where)
+    gpn = spec.node_groups[0].node.gpus
+    virtual = all(g.node.virtual_devices for g in spec.node_groups)
+    if gpus is not None:
+        if not isinstance(gpus, int) or gpus < 1:
+            raise ProfileError(f"gpus={gpus!r} must be a positive integer", where=where)
+        if virtual or gpus <= gpn:
+            return 1, gpus
+        hosts = -(-gpus // gpn)
+        if gpus % hosts:
+            lo, hi = (hosts - 1) * gpn, hosts * gpn
+            raise ProfileError(
+                f"gpus={gpus} does not fill {hosts} hosts of {gpn} GPUs evenly",
+                where=where,
+                allowed=f"1..{gpn}, or a count that splits evenly over the fewest hosts (e.g. {lo} or {hi})",
+            )
+        return hosts, gpus // hosts
+    hosts = spec.default_nodes if nodes is None else nodes
+    if not isinstance(hosts, int) or hosts < 1:
+        raise ProfileError(f"nodes={nodes!r} must be a positive integer", where=where)
+    if hosts > 1 and spec.network is None and spec.nvlink_domain is None:
+        raise ProfileError(f"nodes={hosts} but this is a single-host profile", where=where, allowed="nodes=1 or gpus=N")
+    return hosts, gpn
+
+
+def _check_names(spec: ClusterSpec, path: Path) -> tuple[dict[str, GPUProfile], dict[str, LinkProfile]]:
+    """Load every profile the spec names; an unknown one is an error naming its field."""
+    base = path.parent
+    gpus: dict[str, GPUProfile] = {}
+    links: dict[str, LinkProfile] = {}
+    fields: list[tuple[str, str]] = []
+    for i, g in enumerate(spec.node_groups):
+        gpus[g.node.gpu] = _read(_locate("gpus", g.node.gpu, base=base, where=f"{path}: field 'node_groups.{i}.node.gpu'").resolve(), GPUProfile)
+        for f in ("scaleup_link", "pcie_link", "nic_link"):
+            if getattr(g.node, f) is not None:
+                fields.append((f"node_groups.{i}.node.{f}", getattr(g.node, f)))
+    for i, lvl in enumerate(spec.network.levels if spec.network else []):
+        fields.append((f"network.levels.{i}.link", lvl.link))
+    if spec.nvlink_domain is not None:
+        fields.append(("nvlink_domain.link", spec.nvlink_domain.link))
+    for field, name in fields:
+        links[name] = _read(_locate("links", name, base=base, where=f"{path}: field '{field}'").resolve(), LinkProfile)
+    return gpus, links
+
+
+def _shared_memory(profile: GPUProfile, devices: int) -> GPUProfile:
+    """A virtual device's profile when `devices` processes share the host memory evenly."""
+    data = profile.model_dump()
+    data["memory_bytes"] = profile.memory_bytes // devices
+    data["sources"] = dict(profile.sources)
+    data["sources"]["memory_bytes"] = f"{profile.sources['memory_bytes']}; divided evenly by {devices} processes on one host"
+    return GPUProfile.model_validate(data)
+
+
+def cluster(name_or_path: str, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
+    """A concrete cluster: `nodes=N` hosts, or `gpus=N` GPUs on as few hosts as possible (evenly).
+
+    Without either, the profile's `default_nodes`. Heterogeneous profiles split N hosts over their node
+    groups by weight (largest remainder; see `NodeGroup.weight`).
+    """
+    spec, path = cluster_spec(name_or_path)
+    builtin = path.parent == (DATA_DIR / "clusters").resolve()
+    where = f"cluster {spec.name!r}" if builtin else str(path)
+    hosts, per_host = _sizes(spec, where, nodes, gpus)
+    gpu_profiles, links = _check_names(spec, path)
+    counts = _split_hosts(spec.node_groups, hosts)
+    groups = [HostGroup(node=g.node, hosts=c, gpus_per_host=per_host) for g, c in zip(spec.node_groups, counts, strict=True) if c]
+    for g in groups:
+        if g.node.virtual_devices:
+            gpu_profiles[g.node.gpu] = _shared_memory(gpu_profiles[g.node.gpu], per_host)
+    used = {g.node.gpu for g in groups}
+    return Cluster(
+        name=spec.name,
+        description=spec.description,
+        origin=f"builtin:{spec.name}" if builtin else str(path),
+        host_groups=groups,
+        gpus={k: v for k, v in gpu_profiles.items() if k in used},
+        links=links,
+        network=spec.network,
+        nvlink_domain=spec.nvlink_domain,
+        sources=spec.sources,
+    )

@@ -1,0 +1,134 @@
+"""File formats of GPU and link profiles (pydantic v2), with a source for every number.
+
+Numbers are plain fields (code reads `gpu.peak_flops["bf16"]`); provenance sits beside them in `sources`, a
+map from a dotted field path (`memory_bytes`, `peak_flops.bf16`, `matmul_efficiency.half_flops`) or a
+prefix of one (`peak_flops` covers every dtype) to a citation. `Sourced` checks both directions: every
+number has a source, and every source names a field that exists (so a typo cannot hide a missing one).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
+LINK_KINDS = ("nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
+
+
+# Fields that are a user's choice, not a hardware fact, and so need no citation.
+_CHOICES = frozenset({"default_nodes", "weight"})
+
+
+def _value_paths(value: object, path: str) -> list[str]:
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _value_paths(v, f"{path}.{k}")]
+    if isinstance(value, list | tuple):
+        return [p for i, v in enumerate(value) for p in _value_paths(v, f"{path}.{i}")]
+    if isinstance(value, BaseModel) and not isinstance(value, Sourced):
+        return _numeric_paths(value, f"{path}.")
+    return []
+
+
+def _numeric_paths(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of every number written in `model` (nested models, lists and dicts included).
+
+    Fields left at their default were not written, so they need no citation.
+    """
+    return [
+        p
+        for name in type(model).model_fields
+        if name != "sources" and name not in _CHOICES and name in model.model_fields_set
+        for p in _value_paths(getattr(model, name), f"{prefix}{name}")
+    ]
+
+
+class Sourced(BaseModel):
+    """Base of every profile that carries numbers: `sources` must cover each of them, and only them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sources: dict[str, str] = Field(
+        description="Citation per numeric field: key = dotted field path or a prefix of it "
+        "(e.g. 'peak_flops' covers every dtype), value = datasheet / paper+table / 'measured by ...'."
+    )
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self) -> Sourced:
+        paths = _numeric_paths(self)
+        missing = [p for p in paths if not any(p == k or p.startswith(k + ".") for k in self.sources)]
+        if missing:
+            raise ValueError(f"no source for {', '.join(missing)}; add an entry under 'sources' for each")
+        unused = [k for k in self.sources if not any(p == k or p.startswith(k + ".") for p in paths)]
+        if unused:
+            raise ValueError(f"sources name no numeric field: {', '.join(unused)}; fields are {', '.join(paths)}")
+        empty = [k for k, v in self.sources.items() if not v.strip()]
+        if empty:
+            raise ValueError(f"empty source text for {', '.join(empty)}")
+        return self
+
+
+class MatmulEfficiency(BaseModel):
+    """Achieved-GEMM-throughput curve: achieved(F) = peak * max_fraction * F / (F + half_flops).
+
+    F is the FLOP count of one GEMM (2*M*N*K). Large GEMMs approach `max_fraction` of the datasheet peak;
+    a GEMM of `half_flops` FLOP reaches half of that (fixed per-kernel costs dominate small GEMMs).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_fraction: float = Field(gt=0, le=1, description="Best achieved fraction of dense bf16 peak for large GEMMs (1).")
+    half_flops: float = Field(gt=0, description="GEMM size (FLOP) at which half of max_fraction is reached (FLOP).")
+
+
+class GPUProfile(Sourced):
+    """One accelerator kind (or the local CPU process device for gloo runs)."""
+
+    name: str = Field(description="Profile name, e.g. 'h100-sxm'.")
+    vendor: str = Field(description="Vendor, e.g. 'nvidia', 'amd', 'cpu'.")
+    description: str = Field(default="", description="Human name of the part.")
+    memory_bytes: int = Field(gt=0, description="Device memory capacity usable by one process (bytes).")
+    memory_bandwidth_Bps: float = Field(gt=0, description="Peak device memory bandwidth (bytes/s).")
+    peak_flops: dict[str, float] = Field(
+        description="Dense (no sparsity) peak throughput per dtype (FLOP/s); keys among " + ", ".join(DTYPES) + "."
+    )
+    matmul_efficiency: MatmulEfficiency = Field(description="Achieved bf16 GEMM throughput curve.")
+    nvlink_bandwidth_Bps: float = Field(
+        ge=0,
+        description="GPU-to-GPU scale-up bandwidth per GPU per direction (bytes/s): NVLink, or the vendor's "
+        "equivalent (AMD Infinity Fabric); 0 if none.",
+    )
+    pcie_bandwidth_Bps: float = Field(gt=0, description="Host interface bandwidth per direction (bytes/s).")
+    tdp_w: float | None = Field(default=None, gt=0, description="Board power limit (W), if known.")
+
+    @model_validator(mode="after")
+    def _dtypes(self) -> GPUProfile:
+        bad = [k for k in self.peak_flops if k not in DTYPES]
+        if bad:
+            raise ValueError(f"unknown dtype {bad[0]!r} in peak_flops; allowed: {', '.join(DTYPES)}")
+        for need in ("bf16", "fp32"):
+            if need not in self.peak_flops:
+                raise ValueError(f"peak_flops needs '{need}' (the planner's compute term reads it)")
+        if any(v <= 0 for v in self.peak_flops.values()):
+            raise ValueError("peak_flops values must be > 0 (leave out a dtype the device lacks)")
+        return self
+
+
+class LinkProfile(Sourced):
+    """One link or fabric type: the bandwidth of one port/attachment and the per-hop latency over it."""
+
+    name: str = Field(description="Profile name, e.g. 'ib-ndr'.")
+    kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback"] = Field(
+        description="Technology class; decides how the topology wires it (scale-up switch, PCIe tree, NIC)."
+    )
+    description: str = Field(default="", description="Human description.")
+    bandwidth_Bps: float = Field(
+        gt=0,
+        description="Bandwidth per direction of one attachment (bytes/s): per GPU for NVLink (all its links "
+        "together), per x16 slot for PCIe, per port for a NIC or switch port.",
+    )
+    latency_s: float = Field(ge=0, description="Latency of one ring step over this fabric (s).")
