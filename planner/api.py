@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -29,16 +28,20 @@ from planner.workload import Workload
 GiB = 2**30
 
 
-def _topology(cluster: Any):
-
-    return _cached_topology(cluster)
+_TOPOLOGIES: dict[str, Any] = {}
 
 
-@lru_cache(maxsize=8)
 def _cached_topology(cluster: Any):
+    """Topology of a cluster, built once per cluster fingerprint (large clusters take a moment to build)."""
     from planner.topology import Topology
 
-    return Topology(cluster)
+    key = cluster.fingerprint() if hasattr(cluster, "fingerprint") else str(id(cluster))
+    topo = _TOPOLOGIES.get(key)
+    if topo is None:
+        if len(_TOPOLOGIES) >= 8:
+            _TOPOLOGIES.pop(next(iter(_TOPOLOGIES)))
+        topo = _TOPOLOGIES[key] = Topology(cluster)
+    return topo
 
 
 def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
@@ -48,12 +51,7 @@ def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: 
             where="workload.seq_len",
             fix=f"use --seq-len <= {model.max_seq_len}",
         )
-    try:
-        topo = _cached_topology(cluster)
-    except TypeError:  # unhashable cluster object
-        from planner.topology import Topology
-
-        topo = Topology(cluster)
+    topo = _cached_topology(cluster)
     return CostContext(model=model, cluster=cluster, workload=workload, topology=topo, **options)
 
 

@@ -35,18 +35,42 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         err.print(f"error: {exc}", markup=False)
         return 2
+    except Exception as exc:  # profile and file-format errors are the user's too (one line, exit 2)
+        message = _user_error_message(exc)
+        if message is None:
+            return _internal_error()
+        err.print(f"error: {message}", markup=False)
+        return 2
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
         return 130
-    except Exception:
-        if os.environ.get("MESHPLAN_DEBUG"):
-            raise
-        import traceback
-
-        err.print("internal error (a meshplan bug; rerun with MESHPLAN_DEBUG=1 and report it):", markup=False)
-        err.print("".join(traceback.format_exc(limit=-3)), markup=False)
-        return 1
     return 0
+
+
+def _user_error_message(exc: Exception) -> str | None:
+    """One line for a user-side error that is not a UserError (a hardware profile or a file the user wrote
+    failing validation), None for anything else."""
+    from pydantic import ValidationError
+
+    from hardware_profiles import ProfileError
+    from planner.errors import format_validation_error
+
+    if isinstance(exc, ProfileError):
+        return str(exc)
+    if isinstance(exc, ValidationError):
+        return format_validation_error(exc, exc.title)
+    return None
+
+
+def _internal_error() -> int:
+    """A meshplan bug: short traceback (locals only under MESHPLAN_DEBUG, which re-raises), exit 1."""
+    if os.environ.get("MESHPLAN_DEBUG"):
+        raise
+    import traceback
+
+    err.print("internal error (a meshplan bug; rerun with MESHPLAN_DEBUG=1 and report it):", markup=False)
+    err.print("".join(traceback.format_exc(limit=-3)), markup=False)
+    return 1
 
 
 if __name__ == "__main__":

@@ -33,22 +33,32 @@ class AxisBandwidth:
 
     def __init__(self, topology) -> None:
         self.topology = topology
+        self.num_gpus = int(topology.num_gpus)
         self._cache: dict[tuple, tuple[float, float, str]] = {}
 
     def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
-        """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`."""
+        """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
+
+        All-gather and reduce-scatter run the same ring as all-reduce (the same links and loads, NCCL ring
+        algorithm), so they reuse its bus bandwidth with their own byte factor and half the latency steps.
+        """
         if mesh_shape[axis] == 1:
             return 0.0, 0.0, "none"
         key = (kind, mesh_shape, axis)
         hit = self._cache.get(key)
         if hit is None:
-            est = self.topology.axis_collective(kind, mesh_shape, axis)
-            t0 = float(est.time_s(0.0))
-            t1 = float(est.time_s(_PROBE_BYTES))
-            hit = (t0, (t1 - t0) / _PROBE_BYTES, str(getattr(est, "bottleneck", "")))
+            n = mesh_shape[axis]
+            if kind in ("all_gather", "reduce_scatter"):
+                a_ar, b_ar, where = self.coeffs("all_reduce", mesh_shape, axis)
+                hit = (a_ar / 2.0, b_ar / 2.0, where)  # (n-1)/n vs 2(n-1)/n bytes, (n-1) vs 2(n-1) steps
+            else:
+                est = self.topology.axis_collective(kind, mesh_shape, axis)
+                t0 = float(est.time_s(1e-30))
+                t1 = float(est.time_s(_PROBE_BYTES))
+                hit = (t0, (t1 - t0) / _PROBE_BYTES, str(getattr(est, "bottleneck", "")))
+            del n
             self._cache[key] = hit
         return hit
-
 
 
 def affine(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:

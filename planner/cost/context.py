@@ -109,10 +109,14 @@ class CostContext:
 
     # Hardware ----------------------------------------------------------------------------------
     @cached_property
+    def gpu_profiles(self) -> list[Any]:
+        """GPU profiles of the hosts in use (heterogeneous clusters have several)."""
+        return [self.cluster.gpus[name] for name in sorted(set(self.cluster.host_gpu_names))]
+
+    @cached_property
     def gpu(self) -> Any:
         """The (slowest) GPU profile of the cluster: a synchronous step runs at the pace of the slowest GPU."""
-        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
-        return min(profiles, key=lambda g: g.peak_flops.get(self.compute_dtype, 0.0))
+        return min(self.gpu_profiles, key=lambda g: g.peak_flops.get(self.compute_dtype, 0.0))
 
     @property
     def compute_dtype(self) -> str:
@@ -121,8 +125,7 @@ class CostContext:
 
     @cached_property
     def gpu_kind_is_cpu(self) -> bool:
-        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
-        return any(getattr(g, "vendor", "") == "cpu" or g.name == "cpu" for g in profiles)
+        return any(getattr(g, "vendor", "") == "cpu" or g.name == "cpu" for g in self.gpu_profiles)
 
     @cached_property
     def peak_flops(self) -> float:
@@ -142,8 +145,7 @@ class CostContext:
 
     @cached_property
     def memory_capacity_bytes(self) -> float:
-        profiles = self.cluster.gpu_profiles() if hasattr(self.cluster, "gpu_profiles") else [self.cluster.gpu]
-        return float(min(g.memory_bytes for g in profiles))
+        return float(min(g.memory_bytes for g in self.gpu_profiles))
 
     @property
     def act_bytes(self) -> int:

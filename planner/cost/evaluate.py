@@ -84,7 +84,15 @@ def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np
 
 
 def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):
-    """(a, b) affine coefficient columns of `kind` along groups (size, stride) over `world` ranks, per row."""
+    """(a, b) affine coefficient columns of `kind` along groups (size, stride) over `world` ranks, per row.
+
+    When a layout leaves GPUs idle, the groups are still costed over the whole cluster (world = all GPUs,
+    where the group pattern tiles it): the idle GPUs' slots are assumed to carry traffic of the same pattern
+    (other jobs on the fabric), a conservative choice that also lets one topology query serve every layout
+    with that group pattern.
+    """
+    total = bw.num_gpus
+    world = np.where(total % (size * stride) == 0, total, world)
     key = (size.astype(np.int64) << 42) | (stride.astype(np.int64) << 21) | world.astype(np.int64)
     uniq, inverse = np.unique(key, return_inverse=True)
     a = np.empty(len(uniq))

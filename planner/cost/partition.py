@@ -7,8 +7,9 @@ rank j holds n_j = floor((T - e_j) / u) layers at a makespan T; the optimal T* i
 n*u + e_j with sum_j n_j(T) >= L. Since sum_j n_j(T_lb) >= L - p at the lower bound
 T_lb = (L*u + e0 + el) / p, T* lies in [T_lb, T_lb + u], so two candidates per family suffice (exact).
 
-When capacity exceeds L, surplus layers are taken from the middle ranks in order 1, 2, ... (those that hold
-the most in-flight micro-batches, so this also lowers peak memory), then from rank 0, then the last rank.
+When capacity exceeds L, surplus layers are taken from the middle ranks evenly (whole rounds, then one more
+from ranks 1, 2, ..., which hold the most in-flight micro-batches, so this also lowers peak memory), then
+from rank 0, then the last rank.
 Layer types (dense vs MoE) enter through their mean time; the exact per-type refinement for heterogeneous
 stages is the CP-SAT partitioner in `planner.search.partition_cpsat`.
 """
@@ -49,7 +50,8 @@ def balanced_split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.n
     single = pp == 1
     # p == 2: no middle ranks; p == 1 handled separately.
     n_mid_ranks = np.maximum(p - 2, 0)
-    T_lb = (L * u + e_first + e_last) / np.maximum(p, 1)
+    # The end ranks always carry their extras, so T >= max(e0, el) as well as the average load.
+    T_lb = np.maximum((L * u + e_first + e_last) / np.maximum(p, 1), np.maximum(e_first, e_last))
     best = np.full_like(u, np.inf)
     for e in (e_first, e_last, np.zeros_like(u)):
         n0 = np.ceil((T_lb - e) / u - 1e-9)
@@ -61,7 +63,12 @@ def balanced_split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.n
     nf, nl = _fit(best, e_first, u), _fit(best, e_last, u)
     nm = np.where(n_mid_ranks > 0, _fit(best, np.zeros_like(u), u), 0.0)
     surplus = nf + nl + n_mid_ranks * nm - L
-    take_mid = np.minimum(surplus, n_mid_ranks)
+    # Trim middle ranks evenly (whole rounds, then one more layer from ranks 1, 2, ...), then rank 0, then last.
+    k = np.maximum(n_mid_ranks, 1)
+    rounds = np.where(n_mid_ranks > 0, np.minimum(surplus // k, nm), 0.0)
+    nm = nm - rounds
+    surplus = surplus - rounds * n_mid_ranks
+    take_mid = np.where((n_mid_ranks > 0) & (nm > 0), np.minimum(surplus, n_mid_ranks), 0.0)
     surplus -= take_mid
     take_first = np.minimum(surplus, nf)
     surplus -= take_first

@@ -52,10 +52,11 @@ class SearchResult:
 
 
 def nvlink_domain_size(cluster) -> int:
-    size = getattr(cluster, "nvlink_domain_size", None)
-    if callable(size):
-        size = size()
-    return int(size or getattr(cluster, "gpus_per_node", 8) or 8)
+    """GPUs that share one NVLink switch fabric: a rack-scale domain, else one host."""
+    domain = getattr(cluster, "nvlink_domain", None)
+    if domain is not None:
+        return int(domain.hosts) * int(cluster.gpus_per_node)
+    return int(cluster.gpus_per_node)
 
 
 def _shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +146,14 @@ def exact_search(
     return SearchResult(table=best, step_time_s=best_t, stats=stats, best_infeasible=least_mem, all_feasible=feasible_all)
 
 
-def brute_force(ctx: CostContext, pins: Pins, limits: SearchLimits) -> tuple[dict[str, np.ndarray], TableResult]:
-    """Every layout of the space evaluated, no bounds, no pruning (the oracle for tests)."""
+def brute_force(
+    ctx: CostContext, pins: Pins, limits: SearchLimits, *, include_dominated: bool = True
+) -> tuple[dict[str, np.ndarray], TableResult]:
+    """Every layout of the space evaluated with no bounds (the test oracle); by default also the options the
+    search leaves out as dominated, so the oracle checks those dominance arguments too."""
+    from dataclasses import replace
+
+    limits = replace(limits, prune_dominated=not include_dominated)
     bw = AxisBandwidth(ctx.topology)
     shapes = shape_candidates(ctx.model, int(ctx.cluster.num_gpus), ctx.workload.batch, ctx.workload.seq_len, pins,
                               limits, nvlink_domain_size(ctx.cluster))

@@ -44,6 +44,7 @@ class SearchLimits:
     max_cp: int = 16
     max_micro_batch: int = 64
     max_virtual_stages: int = 8
+    prune_dominated: bool = True  # False: also enumerate the dominated options (the brute-force oracle does)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def expand_shapes(
     else:
         orders = [MESH_ORDERS.index(tuple(pin_order))]
     rcs = [i for i, r in enumerate(RECOMPUTE) if pins.allow("recompute", r)]
-    if flash_attention and "recompute" not in pins.values:
+    if flash_attention and "recompute" not in pins.values and limits.prune_dominated:
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
         # memory and only adds the attention core's forward again: dominated by "none".
         rcs = [i for i in rcs if RECOMPUTE[i] != "selective"]
@@ -108,7 +109,7 @@ def expand_shapes(
         per_replica = batch // dp
         mbs = [b for b in divisors(per_replica) if b <= limits.max_micro_batch and pins.allow("micro_batch", b)]
         # (schedule code, v) options depend on m
-        sps = [False] if tp == 1 else ([pin_sp] if pin_sp is not None else [True])
+        sps = [False] if tp == 1 else ([pin_sp] if pin_sp is not None else [True] if limits.prune_dominated else [True, False])
         zs = []
         for z in range(4):
             if not pins.allow("zero", z):
@@ -138,7 +139,7 @@ def expand_shapes(
             else:
                 if m >= pp:
                     scheds += [(1, 1), (3, 1)]
-                    if pin_sched == "gpipe":
+                    if pin_sched == "gpipe" or not limits.prune_dominated:
                         scheds.append((0, 1))
                     if m % pp == 0:
                         scheds += [(2, v) for v in range(2, limits.max_virtual_stages + 1) if pp * v <= L]
