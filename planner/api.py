@@ -21,8 +21,8 @@ from planner.errors import InfeasibleError, UserError
 from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
-from planner.search.exact import SearchResult, exact_search
-from planner.search.space import PIN_FIELDS, Pins, SearchLimits
+from planner.solver.exact import SearchResult, exact_search
+from planner.solver.space import PIN_FIELDS, Pins, SearchLimits
 from planner.workload import Workload
 
 GiB = 2**30
@@ -45,6 +45,10 @@ def _cached_topology(cluster: Any):
 
 
 def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
+    """The cost context; a `flash_attention` option is folded into the workload so plans record it."""
+    if options.get("flash_attention") is not None:
+        workload = workload.model_copy(update={"flash_attention": bool(options.pop("flash_attention"))})
+    options.pop("flash_attention", None)
     if workload.seq_len > model.max_seq_len:
         raise UserError(
             f"seq_len={workload.seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
@@ -188,7 +192,18 @@ def search_result(model: ModelSpec, cluster: Any, workload: Workload, top: int =
     return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
 
 
-def _infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, Any]) -> str:
+def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, Any]) -> str:
+    if result.best_infeasible is None and result.stats.shapes_memory_pruned and result.stats.shapes_memory_pruned == result.stats.shapes_total:
+        per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
+        states = ctx.model.num_params() * per_param
+        cap = ctx.memory_capacity_bytes
+        n = int(ctx.cluster.num_gpus)
+        return (
+            f"{ctx.model.name} fits nowhere on {n} x {ctx.gpu.name}: its model states alone "
+            f"({states / GiB:,.0f} GiB at {per_param} B/parameter) need {states / n / GiB:.1f} GiB per GPU even fully "
+            f"sharded, over the {cap / GiB:.1f} GiB capacity; fix: at least {int(-(-states // (cap * 0.9)))} GPUs (--nodes/--gpus) "
+            "or a larger-memory GPU"
+        )
     if result.best_infeasible is None:
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
         return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
@@ -207,24 +222,29 @@ def _infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, 
 def search(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, **pins: Any) -> list[Plan]:
     """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`)."""
     ctx, result = search_result(model, cluster, workload, top=top, **pins)
+    return plans_from_result(ctx, result, pins)
+
+
+def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, Any] | None = None) -> list[Plan]:
+    """Turn a search's best rows into Plans (rank-by-rank costing, per-stage memory, placement)."""
+    pins = pins or {}
+    cluster = ctx.cluster
     n = len(result.step_time_s)
     if n == 0:
-        raise InfeasibleError(_infeasible_message(ctx, result, pins))
+        raise InfeasibleError(infeasible_message(ctx, result, pins))
     plans = []
     for i in range(n):
         row = {k: int(v[i]) for k, v in result.table.items()}
-        from planner.cost.partition import balanced_split  # noqa: F401  (split recomputed rank by rank below)
-
-        rank_layers = _best_rank_layers(ctx, row)
+        rank_layers = best_rank_layers(ctx, row)
         notes = ()
-        if i == 0 and int(cluster.num_gpus) > row["dp"] * row["tp"] * row["pp"] * row["cp"]:
-            notes = (f"{int(cluster.num_gpus) - row['dp'] * row['tp'] * row['pp'] * row['cp']} GPUs left idle: "
-                     "no layout using all of them is faster",)
+        used = row["dp"] * row["tp"] * row["pp"] * row["cp"]
+        if i == 0 and int(cluster.num_gpus) > used:
+            notes = (f"{int(cluster.num_gpus) - used} GPUs left idle: no layout using all of them is faster",)
         plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes))
     return plans
 
 
-def _best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
+def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
     """The optimal split of the compact evaluation, expanded to layers per pipeline rank."""
     table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
     res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
@@ -241,7 +261,7 @@ def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout,
     if layout.layer_partition is not None or layout.pp == 1:
         rank_layers = _rank_layers_from_partition(layout, model.num_layers)
     else:
-        rank_layers = _best_rank_layers(ctx, row)
+        rank_layers = best_rank_layers(ctx, row)
     plan = build_plan(ctx, row, rank_layers, proven=False)
     if not allow_oom:
         over = [s for s in plan.prediction.memory_per_stage if not s.fits]

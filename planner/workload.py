@@ -25,6 +25,11 @@ class Workload(BaseModel):
     seq_len: int = Field(2048, ge=1, description="Tokens per sequence.")
     dtype: DType = Field("bf16", description="Compute dtype of matmuls and activations.")
     optimizer: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW keeps two fp32 moments per parameter.")
+    flash_attention: bool = Field(
+        True,
+        description="Attention runs as a fused FlashAttention kernel (Dao et al. 2022): causal blocks skipped, "
+        "no attention-score activations stored. False models the unfused 2021-era attention.",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )

@@ -54,12 +54,14 @@ class CostContext:
     cluster: Any  # hardware_profiles.Cluster
     workload: Workload
     topology: Any  # planner.topology.Topology
-    flash_attention: bool = True
+    flash_attention: bool | None = None  # None: the workload's setting
     dropout: bool | None = None  # None: GPT-style (layernorm) models have dropout, Llama-style do not
     layer_types: list[LayerType] = field(default_factory=list)
     layer_type_of: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.flash_attention is None:
+            self.flash_attention = self.workload.flash_attention
         if self.dropout is None:
             self.dropout = self.model.norm == "layernorm"
         self._build_layer_types()

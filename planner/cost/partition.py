@@ -10,8 +10,9 @@ T_lb = (L*u + e0 + el) / p, T* lies in [T_lb, T_lb + u], so two candidates per f
 When capacity exceeds L, surplus layers are taken from the middle ranks evenly (whole rounds, then one more
 from ranks 1, 2, ..., which hold the most in-flight micro-batches, so this also lowers peak memory), then
 from rank 0, then the last rank.
-Layer types (dense vs MoE) enter through their mean time; the exact per-type refinement for heterogeneous
-stages is the CP-SAT partitioner in `planner.search.partition_cpsat`.
+Layer types (dense vs MoE) enter through their mean time: exact for uniform layers; for MoE models with
+dense first layers (DeepSeek-V3) the split is optimal for the mean layer, not per type (a CP-SAT
+partitioner over layer types and heterogeneous stage speeds is the planned refinement).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import hardware_profiles
 from planner.api import make_context
 from planner.model import ModelSpec
-from planner.search.exact import brute_force, exact_search
-from planner.search.space import Pins, SearchLimits
+from planner.solver.exact import brute_force, exact_search
+from planner.solver.space import Pins, SearchLimits
 from planner.workload import Workload
 
 

@@ -24,7 +24,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import COLUMNS, TableResult, evaluate_table
 from planner.cost.memory import reserve_bytes
-from planner.search.space import Pins, SearchLimits, expand_shapes, shape_candidates
+from planner.solver.space import Pins, SearchLimits, expand_shapes, shape_candidates
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
 

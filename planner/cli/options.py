@@ -1,0 +1,362 @@
+"""Shared command-line options: model / cluster / workload inputs and layout pins, parsed into objects.
+
+`plan`, `evaluate` and `compare` take the same inputs and pins. Rather than repeating ~25 typer parameters
+in each command, `use_options(INPUTS, PINS)` appends them to the command's signature and hands the command
+two dicts (`inputs`, `pins`); `resolve_inputs` and `layout_from_pins` turn those into planner objects. All
+defaults live here (the built-in example: llama3-70b on 8 x DGX H100, 4 Mi tokens of 8192 per step).
+
+Every failure is a `UserError` naming the flag, the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from planner.errors import UserError
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
+    from planner.model import ModelSpec
+    from planner.workload import Workload
+
+DEFAULT_MODEL = "llama3-70b"
+DEFAULT_CLUSTER = "dgx-h100"
+DEFAULT_NODES = 8
+DEFAULT_GLOBAL_BATCH_TOKENS = 4_194_304  # 4 Mi tokens: 512 sequences of 8192 (Llama 3 405B's first stage)
+DEFAULT_SEQ_LEN = 8192
+
+FLAG_OF = {
+    "dp": "--dp", "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "micro_batch": "--micro-batch",
+    "num_microbatches": "--num-microbatches", "schedule": "--schedule", "virtual_stages": "--virtual-stages",
+    "zero": "--zero", "dp_shard": "--dp-shard", "recompute": "--recompute",
+    "sequence_parallel": "--sequence-parallel", "mesh_axes": "--mesh-axes", "global_batch": "--global-batch",
+    "global_batch_tokens": "--global-batch-tokens", "seq_len": "--seq-len", "layer_partition": "layer_partition",
+}
+
+
+class ScheduleChoice(str, Enum):
+    gpipe = "gpipe"
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    zb_h1 = "zb-h1"
+
+
+class RecomputeChoice(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Parameters appended to a command; the command receives them as one dict named `name`."""
+
+    name: str
+    params: tuple[inspect.Parameter, ...]
+
+
+def _opt(name: str, kind: Any, flag: str, help: str, panel: str, default: Any = None, **kw: Any) -> inspect.Parameter:
+    """A keyword-only typer option `flag` for parameter `name` (None when not given, unless `default`)."""
+    if kind is int:
+        kw.setdefault("min", 1)
+    option = typer.Option(flag, rich_help_panel=panel, help=help, **kw)
+    kind = kind if default is not None else kind | None
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, option])
+
+
+_IN = "Inputs"
+_PIN = "Pins (Layout fields; unpinned knobs are searched)"
+
+INPUTS = OptionGroup("inputs", (
+    _opt("model", str, "--model", f"Model preset, HF config.json or model YAML. (default: {DEFAULT_MODEL})", _IN,
+         metavar="NAME|PATH"),
+    _opt("cluster", str, "--cluster", f"Cluster profile name or YAML file. (default: {DEFAULT_CLUSTER})", _IN,
+         metavar="NAME|PATH"),
+    _opt("nodes", int, "--nodes",
+         f"Hosts. (default: {DEFAULT_NODES} for {DEFAULT_CLUSTER}, else the profile's default_nodes)", _IN),
+    _opt("gpus", int, "--gpus", "GPUs in all (instead of --nodes), on as few hosts as possible.", _IN),
+    _opt("global_batch", int, "--global-batch", "Sequences per optimizer step.", _IN, metavar="SEQS"),
+    _opt("global_batch_tokens", int, "--global-batch-tokens",
+         f"Tokens per optimizer step (a multiple of --seq-len). (default: {DEFAULT_GLOBAL_BATCH_TOKENS} unless "
+         "--global-batch is given)", _IN, metavar="TOKENS"),
+    _opt("seq_len", int, "--seq-len", f"Tokens per sequence. (default: {DEFAULT_SEQ_LEN})", _IN),
+    _opt("no_flash_attention", bool, "--no-flash-attention",
+         "Cost attention without FlashAttention (scores stored; selective recompute helps).", _IN, default=False),
+))
+
+PINS = OptionGroup("pins", (
+    _opt("dp", int, "--dp", "Data-parallel degree.", _PIN),
+    _opt("tp", int, "--tp", "Tensor-parallel degree.", _PIN),
+    _opt("pp", int, "--pp", "Pipeline-parallel degree.", _PIN),
+    _opt("cp", int, "--cp", "Context-parallel degree.", _PIN),
+    _opt("ep", int, "--ep", "Expert-parallel degree.", _PIN),
+    _opt("micro_batch", int, "--micro-batch", "Sequences per micro-batch per DP replica.", _PIN),
+    _opt("num_microbatches", int, "--num-microbatches", "Micro-batches per step per DP replica.", _PIN),
+    _opt("schedule", ScheduleChoice, "--schedule", "Pipeline schedule.", _PIN),
+    _opt("virtual_stages", int, "--virtual-stages", "Model chunks per pipeline rank (interleaved).", _PIN),
+    _opt("zero", int, "--zero", "ZeRO stage 0-3 (3 = FSDP).", _PIN, min=0, max=3),
+    _opt("dp_shard", int, "--dp-shard", "ZeRO/FSDP sharding group size inside DP (< dp: HSDP).", _PIN),
+    _opt("recompute", RecomputeChoice, "--recompute", "Activation recomputation.", _PIN),
+    _opt("sequence_parallel", bool, "--sequence-parallel/--no-sequence-parallel",
+         "Megatron sequence parallelism (needs tp > 1).", _PIN, show_default=False),
+    _opt("mesh_axes", str, "--mesh-axes", "Mesh axis order, outermost first, e.g. pp,dp_replicate,dp_shard,cp,tp.",
+         _PIN, metavar="AXES"),
+    _opt("max_tp", int, "--max-tp", "Largest TP searched. (default: 2 x NVLink domain)", _PIN),
+    _opt("max_cp", int, "--max-cp", "Largest CP searched. (default: 16)", _PIN),
+    _opt("max_micro_batch", int, "--max-micro-batch", "Largest micro-batch searched. (default: 64)", _PIN),
+))
+
+
+def use_options(*groups: OptionGroup):
+    """Append the groups' options to a typer command; the command gets one dict per group.
+
+    typer reads parameters from `inspect.signature` and their types from `__annotations__`, so the wrapper
+    publishes both; the options are keyword-only so they can follow the command's own arguments.
+    """
+
+    def decorate(func):
+        sig = inspect.signature(func)
+        hints = typing.get_type_hints(func, include_extras=True)
+        names = {g.name for g in groups}
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+               if p.name not in names]
+        extra = [p for g in groups for p in g.params]
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            for g in groups:
+                kwargs[g.name] = {p.name: kwargs.pop(p.name) for p in g.params}
+            return func(**kwargs)
+
+        del command.__wrapped__  # typer must see the new signature, not the wrapped one
+        params = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        params += [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        params += extra
+        command.__signature__ = sig.replace(parameters=params, return_annotation=None)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
+
+
+# Inputs -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Inputs:
+    """The resolved inputs of one planning request."""
+
+    model: ModelSpec
+    cluster: Any  # hardware_profiles.Cluster
+    workload: Workload
+    flash_attention: bool = True
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Cost-model options for `planner.api` (only those that differ from the defaults)."""
+        return {} if self.flash_attention else {"flash_attention": False}
+
+
+def given(raw: dict[str, Any]) -> bool:
+    """True when any input option was given on the command line."""
+    return any(v not in (None, False) for v in raw.values())
+
+
+def resolve_inputs(raw: dict[str, Any]) -> Inputs:
+    """Model, cluster and workload from the input options (built-in defaults for those not given)."""
+    from pydantic import ValidationError
+
+    import hardware_profiles
+    from planner.model import load_model
+    from planner.workload import Workload
+
+    model = load_model(raw.get("model") or DEFAULT_MODEL)
+    name = raw.get("cluster") or DEFAULT_CLUSTER
+    nodes, gpus = raw.get("nodes"), raw.get("gpus")
+    if nodes is not None and gpus is not None:
+        raise UserError("give --nodes or --gpus, not both", fix="drop one of them")
+    if nodes is None and gpus is None and name == DEFAULT_CLUSTER:
+        nodes = DEFAULT_NODES
+    try:
+        cluster = hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
+    except hardware_profiles.ProfileError as exc:
+        raise UserError(f"--cluster {name}: {exc}") from None
+    batch, tokens = raw.get("global_batch"), raw.get("global_batch_tokens")
+    seq_len = raw.get("seq_len") or DEFAULT_SEQ_LEN
+    if batch is None and tokens is None:
+        tokens = DEFAULT_GLOBAL_BATCH_TOKENS
+    try:
+        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len)
+    except ValidationError as exc:
+        raise UserError("; ".join(_flag_message(e) for e in exc.errors())) from None
+    return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"))
+
+
+def inputs_of_plan(plan: Any) -> Inputs:
+    """The inputs embedded in a plan (its cluster re-validated as a hardware_profiles.Cluster)."""
+    import hardware_profiles
+
+    cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
+    return Inputs(model=plan.inputs.model, cluster=cluster, workload=plan.inputs.workload)
+
+
+def _flag_message(err: dict[str, Any]) -> str:
+    loc = [str(p) for p in err.get("loc", ())]
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    if loc:
+        return f"{FLAG_OF.get(loc[0], loc[0])}={err.get('input')!r}: {msg}"
+    return msg
+
+
+# Pins and layouts ---------------------------------------------------------------------------------
+def parse_mesh_axes(text: str, flag: str = "--mesh-axes") -> tuple[str, ...]:
+    """'pp,dp_replicate,dp_shard,cp,tp' (commas, slashes or colons) -> a permutation of the five axes."""
+    from planner.layout import DEFAULT_MESH_AXES
+
+    axes = tuple(a.strip() for a in text.replace("/", ",").replace(":", ",").split(",") if a.strip())
+    if sorted(axes) != sorted(DEFAULT_MESH_AXES):
+        raise UserError(f"{flag}={text!r} is not an order of the five mesh axes",
+                        fix=f"give each of {','.join(DEFAULT_MESH_AXES)} once, outermost first")
+    return axes
+
+
+def collect_pins(raw: dict[str, Any]) -> dict[str, Any]:
+    """Pins and search limits given on the command line, as keyword arguments of `planner.api.search`."""
+    pins: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if isinstance(value, Enum):
+            value = value.value
+        if key == "mesh_axes":
+            value = parse_mesh_axes(value)
+        pins[key] = value
+    return pins
+
+
+LIMIT_NAMES = ("max_tp", "max_cp", "max_micro_batch")
+
+_ALIASES = {"mb": "micro_batch", "m": "num_microbatches", "v": "virtual_stages", "sp": "sequence_parallel",
+            "mesh": "mesh_axes", "order": "mesh_axes", "rc": "recompute", "sched": "schedule"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_layout_string(text: str) -> dict[str, Any]:
+    """'dp=8,tp=8,pp=2,mb=1,schedule=1f1b,zero=1,recompute=full,sp=1,mesh=pp/dp_replicate/dp_shard/cp/tp'.
+
+    Keys are Layout field names (dashes allowed) or the short aliases mb, m, v, sp, rc, mesh; mesh axes are
+    separated by '/' or ':' inside the string (commas separate the fields).
+    """
+    from planner.solver.space import PIN_FIELDS
+
+    values: dict[str, Any] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if "=" not in item:
+            raise UserError(f"--layout {text!r}: {item!r} is not key=value", fix="write e.g. dp=8,tp=8,pp=2")
+        key, value = (s.strip() for s in item.split("=", 1))
+        key = _ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
+        if key not in PIN_FIELDS:
+            raise UserError(f"--layout {text!r}: unknown key {key!r}", fix=f"use {', '.join(PIN_FIELDS)}")
+        if key in values:
+            raise UserError(f"--layout {text!r}: {key} given twice")
+        if key == "mesh_axes":
+            values[key] = parse_mesh_axes(value, "--layout mesh")
+        elif key == "sequence_parallel":
+            if value.lower() not in _TRUE | _FALSE:
+                raise UserError(f"--layout {text!r}: sp={value!r} is not a boolean", fix="use sp=1 or sp=0")
+            values[key] = value.lower() in _TRUE
+        elif key in ("schedule", "recompute"):
+            values[key] = value
+        else:
+            try:
+                values[key] = int(value)
+            except ValueError:
+                raise UserError(f"--layout {text!r}: {key}={value!r} is not an integer") from None
+    return values
+
+
+def layout_from_pins(values: dict[str, Any], inputs: Inputs) -> Layout:
+    """A complete Layout from pinned knobs; unpinned knobs take the `Layout` defaults, except those that have
+    a single valid value given the others:
+
+    - dp fills the cluster: GPUs / (tp * pp * cp);
+    - num_microbatches = global batch / (dp * micro_batch);
+    - dp_shard = dp when zero >= 1 (plain ZeRO / FSDP over all of DP; pin --dp-shard for HSDP);
+    - virtual_stages = 2 with the interleaved schedule.
+    Everything else: micro_batch 1, schedule 1f1b, zero 0, recompute none, no sequence parallelism (pin
+    --sequence-parallel: the search always turns it on with tp > 1), the default mesh axis order.
+    """
+    from pydantic import ValidationError
+
+    from planner.layout import Layout
+
+    v = {k: val for k, val in values.items() if k not in LIMIT_NAMES and val is not None}
+    tp, pp, cp = v.get("tp", 1), v.get("pp", 1), v.get("cp", 1)
+    n_gpus = int(inputs.cluster.num_gpus)
+    if "dp" not in v:
+        cell = tp * pp * cp
+        if n_gpus % cell:
+            raise UserError(f"tp*pp*cp={cell} does not divide the cluster's {n_gpus} GPUs, so dp cannot fill it",
+                            fix="pin --dp")
+        v["dp"] = n_gpus // cell
+    if "num_microbatches" not in v:
+        per = v["dp"] * v.get("micro_batch", 1)
+        batch = inputs.workload.batch
+        if batch % per:
+            raise UserError(f"global batch {batch} is not a multiple of dp*micro_batch={per}",
+                            fix="change --global-batch, --dp or --micro-batch, or pin --num-microbatches")
+        v["num_microbatches"] = batch // per
+    if v.get("zero", 0) > 0 and "dp_shard" not in v:
+        v["dp_shard"] = v["dp"]
+    if v.get("schedule") == "interleaved" and "virtual_stages" not in v:
+        v["virtual_stages"] = 2
+    try:
+        return Layout(**v)
+    except ValidationError as exc:
+        raise UserError("invalid layout: " + "; ".join(_flag_message(e) for e in exc.errors())) from None
+
+
+# Errors and output ----------------------------------------------------------------------------------
+class user_errors:  # noqa: N801 (used as a context manager: `with user_errors(): ...`)
+    """Turn user-side failures into one line on stderr and exit 2 (`UserError`, profile errors, and
+    pydantic errors from files the user wrote); anything else propagates to `main()` as a bug."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            return False
+        from pydantic import ValidationError
+
+        import hardware_profiles
+        from planner.cli.app import abort
+        from planner.errors import format_validation_error
+
+        if isinstance(exc, (UserError, hardware_profiles.ProfileError)):
+            abort(str(exc))
+        if isinstance(exc, ValidationError):
+            abort(format_validation_error(exc, exc.title))
+        return False
+
+
+def emit_json(text: str, target: str | None, *, force: bool) -> bool:
+    """Write the command's one JSON document if asked; True when it went to stdout (then print no tables)."""
+    from planner.cli.app import err, write_json_output
+
+    if target is None:
+        return False
+    with user_errors():
+        write_json_output(text, target, force=force)
+    if target == "-":
+        return True
+    err.print(f"wrote {target}", markup=False)
+    return False
