@@ -25,10 +25,18 @@ def write_text_atomic(path: Path, text: str, *, force: bool = False) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _default_mode(tmp: str) -> None:
+    """mkstemp creates 0600 files; give the result the mode a plain open() would (0666 minus the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:
@@ -43,6 +51,7 @@ def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

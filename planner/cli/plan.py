@@ -42,7 +42,8 @@ def plans_from_result(ctx: Any, result: Any, pins: dict[str, Any]) -> list[Plan]
 def plan_command(
     top: int = typer.Option(5, "--top", min=1, help="How many plans to list, best first."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the best plan as JSON ('-' = stdout)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --json file (and --figures files) if they exist."),
+    figures: str = typer.Option(None, "--figures", metavar="DIR", help="Also draw the best plan into DIR (see `meshplan show`)."),
     inputs: dict = None,  # type: ignore[assignment]  (filled by use_options)
     pins: dict = None,  # type: ignore[assignment]
 ) -> None:
@@ -65,6 +66,13 @@ def plan_command(
         plans = plans_from_result(ctx, result, kw)
         wall_s = time.perf_counter() - start
     best = plans[0]
+    if figures is not None:  # figures of the best plan; the comparison spans the same pinned space
+        from planner.cli.app import err
+        from planner.cli.show import write_figures
+
+        with user_errors():
+            for path in write_figures(best, figures, force=force, **kw, **inp.options)["figures"]:
+                err.print(f"wrote {path}", markup=False)
     if emit_json(best.model_dump_json(indent=1), json_out, force=force):
         return
     out.print(summary_table(best))

@@ -1,0 +1,79 @@
+"""Shared plumbing for the figures: a matplotlib `Figure` on the Agg canvas, and atomic PNG + SVG output.
+
+matplotlib is imported inside the functions, never at module level, so `import planner` stays fast. The
+figures use `matplotlib.figure.Figure` directly (no pyplot): no global figure registry, no GUI backend.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import UserError
+from planner.io import write_bytes_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FORMATS = ("png", "svg")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GiB = 2**30
+
+# One colour per link category, used by the mesh figure and in legends (colour-blind safe Okabe-Ito hues).
+LINK_COLOURS = {"NVLink": "#009E73", "PCIe": "#E69F00", "network": "#D55E00", "loopback": "#0072B2", "none": "#999999"}
+
+
+def new_figure(width_in: float, height_in: float) -> Figure:
+    """A Figure attached to the Agg canvas (raster and vector output without pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def render(fig: Figure, fmt: str) -> bytes:
+    """The figure as PNG or SVG bytes; SVG ids and metadata are fixed so equal figures give equal files."""
+    import matplotlib
+
+    buf = io.BytesIO()
+    if fmt == "svg":
+        with matplotlib.rc_context({"svg.hashsalt": "meshplan", "svg.fonttype": "none"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "meshplan"})
+    elif fmt == "png":
+        fig.savefig(buf, format="png", dpi=130, metadata={"Software": "meshplan"})
+    else:
+        raise ValueError(f"unknown figure format {fmt!r}; expected one of {FORMATS}")
+    return buf.getvalue()
+
+
+def save(fig: Figure, out_dir: str | Path, stem: str, *, force: bool = False) -> list[Path]:
+    """Write `stem.png` and `stem.svg` atomically; refuses (before writing either) if one exists and not `force`."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError("not a directory", where=str(out), fix="pass a folder for --figures")
+    paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
+    if not force:
+        for p in paths:
+            if p.exists():
+                raise UserError("file exists", where=str(p), fix="choose another folder or pass --force to overwrite")
+    for p, fmt in zip(paths, FORMATS):
+        write_bytes_atomic(p, render(fig, fmt), force=force)
+    return paths
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def fmt_s(t: float) -> str:
+    return f"{t * 1e3:.1f} ms" if t < 10 else f"{t:.2f} s"
+
+
+def plan_title(plan: Any) -> str:
+    """One line naming what was planned: model, cluster and the layout."""
+    inp = plan.inputs
+    nodes = sum(int(g.get("hosts", 0)) for g in inp.cluster.get("host_groups", []))
+    return f"{inp.model.name} on {inp.cluster.get('name', '?')} ({nodes} hosts, {plan.world_size} ranks): {plan.layout.describe()}"
