@@ -1,0 +1,63 @@
+"""Data parallelism by ZeRO stage (Rajbhandari et al. 2020) with FSDP2 and its `replicate` sibling.
+
+  zero 0   `replicate` (FSDP2's DDP: full weights, gradients all-reduced) over the DP x CP ranks
+  zero 1   `fully_shard(reshard_after_forward=False)`, gradient sync only on the last micro-batch
+  zero 2   `fully_shard(reshard_after_forward=False)`, gradients reduce-scattered every micro-batch
+  zero 3   `fully_shard(reshard_after_forward=True)`: parameters re-gathered for the backward pass
+  HSDP     the same on the 2-D (dp_replicate, dp_shard x cp) mesh: sharded inside a group, replicated across
+
+ZeRO-1 and ZeRO-2 are "ZeRO-2-like" in FSDP2 terms: parameters stay unsharded between forward and backward
+(no re-gather, the memory cost of ZeRO-1/2's full weights), optimizer state and the gradients handed to the
+optimizer are sharded. The difference between 1 and 2 is when gradients are reduced: once per step from
+an unsharded accumulator (1) or every micro-batch into a sharded one (2); see `train.run_microbatches`.
+
+Units: each decoder layer is its own FSDP unit (its all-gather overlaps the previous layer's compute), the
+chunk root holds embeddings, final norm and head. Exception, `per_layer=False`: the zero-bubble pipeline
+schedules split each backward into input- and weight-gradient passes, and per-layer FSDP units then give
+wrong gradients with no error (measured on torch 2.13); sharding only the chunk root is correct, so the
+pipeline builder asks for that.
+
+Mixed precision: bf16 compute with fp32 gradient reduction on GPU (`MixedPrecisionPolicy`), fp32 on CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed._composable.replicate_with_fsdp import replicate
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from executor.model import Transformer
+
+
+def mixed_precision(param_dtype: torch.dtype | None) -> MixedPrecisionPolicy:
+    if param_dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+
+
+def apply_fsdp(
+    part: Transformer,
+    mesh: DeviceMesh,
+    *,
+    zero: int,
+    param_dtype: torch.dtype | None = None,
+    per_layer: bool = True,
+) -> None:
+    """Wrap `part` for data parallelism over `mesh` in place (skipped when the mesh has one rank and no
+    mixed precision is asked for: there is nothing to reduce)."""
+    if mesh.size() == 1 and param_dtype is None:
+        return
+    mp = mixed_precision(param_dtype)
+    if zero == 0:
+        if per_layer:
+            for key, block in part.layers.items():
+                part.layers[key] = replicate(block, mesh=mesh, mp_policy=mp)
+        replicate(part, mesh=mesh, mp_policy=mp)
+        return
+    reshard = zero == 3
+    if per_layer:
+        for key, block in part.layers.items():
+            part.layers[key] = fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    # The root's parameters are used last in the forward pass and first in the backward: never reshard them.
+    fully_shard(part, mesh=mesh, mp_policy=mp, reshard_after_forward=False)

@@ -1,0 +1,79 @@
+"""Command-line options of `python -m executor` (argparse: the executor runs under torchrun, not typer)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOptions:
+    plan: Path
+    steps: int = 10
+    """Train until this step number (a resumed run continues to it)."""
+    smoke: bool = False
+    """Scale the model down (same layout) so any plan runs on a laptop (executor.model_args.smoke_spec)."""
+    run_dir: Path = Path("runs/run")
+    metrics: Path | None = None
+    """JSON-lines metrics file; default RUN_DIR/metrics.jsonl."""
+    data: Path | None = None
+    data_dtype: str | None = None
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0
+    """Save every K steps (0: never)."""
+    resume: bool = False
+    seed: int = 0
+    lr: float = 3e-4
+    timeout_s: float = 300.0
+    """Process-group timeout: a collective waiting longer than this on a dead rank fails instead of hanging."""
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.metrics if self.metrics is not None else self.run_dir / "metrics.jsonl"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m executor", description="Train a meshplan plan (run under torchrun).")
+    p.add_argument("plan", type=Path, help="plan JSON written by `meshplan plan --json`")
+    p.add_argument("--steps", type=int, default=10, help="train until this step (default 10)")
+    p.add_argument("--smoke", action="store_true", help="toy-size model, same layout")
+    p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<plan name>)")
+    p.add_argument("--metrics", type=Path, default=None, help="JSON-lines file (default RUN_DIR/metrics.jsonl)")
+    p.add_argument("--data", type=Path, default=None, help="flat uint16/uint32 token file (default: synthetic)")
+    p.add_argument("--data-dtype", choices=["uint16", "uint32"], default=None)
+    p.add_argument("--checkpoint-dir", type=Path, default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (s)")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> RunOptions:
+    ns = _parser().parse_args(argv)
+    if ns.steps < 1:
+        raise UserError(f"--steps {ns.steps}", where="--steps", fix="give a positive number of steps")
+    if ns.checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every {ns.checkpoint_every}", where="--checkpoint-every", fix="use K >= 0")
+    if (ns.checkpoint_every or ns.resume) and ns.checkpoint_dir is None:
+        raise UserError("needs a folder", where="--checkpoint-every/--resume", fix="pass --checkpoint-dir DIR")
+    run_dir = ns.run_dir if ns.run_dir is not None else Path("runs") / ns.plan.stem
+    return RunOptions(
+        plan=ns.plan,
+        steps=ns.steps,
+        smoke=ns.smoke,
+        run_dir=run_dir,
+        metrics=ns.metrics,
+        data=ns.data,
+        data_dtype=ns.data_dtype,
+        checkpoint_dir=ns.checkpoint_dir,
+        checkpoint_every=ns.checkpoint_every,
+        resume=ns.resume,
+        seed=ns.seed,
+        lr=ns.lr,
+        timeout_s=ns.timeout_s,
+    )

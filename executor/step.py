@@ -1,0 +1,108 @@
+"""One optimizer step of the parallel model: micro-batches, pipeline schedule, AdamW, and the global loss.
+
+The objective is the mean next-token cross-entropy over every token of the global batch, whatever the
+layout: each micro-batch's loss is its mean, gradients are divided by the number of micro-batches (here or
+by the pipeline schedule's `scale_grads`), and FSDP/replicate average them over the DP x CP ranks, whose
+token counts are equal. That is what makes every layout's step equal the single-process reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+from executor.model import loss_fn
+from executor.parallelize import ParallelModel
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Llama 2/3 AdamW betas (Touvron et al. 2023, section 2.2)."""
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    """Llama 2 weight decay (Touvron et al. 2023, section 2.2)."""
+
+
+def _kind(p: torch.Tensor) -> tuple:
+    if isinstance(p, DTensor):
+        return ("dtensor", p.device_mesh, tuple(p.placements))
+    return ("tensor",)
+
+
+def build_optimizers(model: ParallelModel, cfg: OptimizerConfig) -> list[torch.optim.AdamW]:
+    """One AdamW per model chunk (per-chunk state dicts keep DCP keys layout-independent).
+
+    `foreach` (multi-tensor kernels) only when all of a chunk's parameters are alike: with TP but no SP,
+    norm weights stay plain tensors beside DTensors and foreach AdamW fails on the mix.
+    """
+    optimizers = []
+    for part in model.parts:
+        params = [p for p in part.parameters() if p.requires_grad]
+        kinds = {_kind(p)[:2] for p in params}
+        optimizers.append(
+            torch.optim.AdamW(
+                params,
+                lr=cfg.lr,
+                betas=cfg.betas,
+                eps=cfg.eps,
+                weight_decay=cfg.weight_decay,
+                foreach=len(kinds) == 1,
+            )
+        )
+    return optimizers
+
+
+def forward_backward(model: ParallelModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """Gradients of this rank's batch (B/dp rows); returns the mean loss on last-stage ranks, else None."""
+    layout = model.meshes.layout
+    if model.schedule is not None:
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if model.has_first else ()
+        target = targets if model.has_last else None
+        model.schedule.step(*args, target=target, losses=losses if model.has_last else None)
+        return torch.stack([loss.detach() for loss in losses]).mean() if model.has_last else None
+    (part,) = model.parts
+    nmb = layout.num_microbatches
+    # ZeRO-0/1 reduce gradients once per step; ZeRO-2/3 every micro-batch into sharded gradients.
+    sync_every = layout.zero >= 2
+    total = torch.zeros((), device=inputs.device)
+    for i, (x, y) in enumerate(zip(inputs.chunk(nmb), targets.chunk(nmb), strict=True)):
+        if isinstance(part, FSDPModule) and nmb > 1:
+            part.set_requires_gradient_sync(sync_every or i == nmb - 1)
+        loss = loss_fn(part(x), y)
+        (loss / nmb).backward()
+        total += loss.detach()
+    return total / nmb
+
+
+def optimizer_step(optimizers: list[torch.optim.Optimizer]) -> None:
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def global_loss(local: torch.Tensor | None, device: torch.device) -> float:
+    """Mean over the ranks that computed a loss (the last pipeline stage of every DP/CP/TP coordinate).
+
+    Their token counts are equal, so the mean of their means is the global batch's mean loss. A collective
+    over the whole world: it also marks the end of the step for timing.
+    """
+    buf = torch.zeros(2, dtype=torch.float64, device=device)
+    if local is not None:
+        buf[0], buf[1] = local.double(), 1.0
+    dist.all_reduce(buf)
+    return float(buf[0] / buf[1])
+
+
+def train_step(
+    model: ParallelModel, optimizers: list[torch.optim.Optimizer], inputs: torch.Tensor, targets: torch.Tensor
+) -> float:
+    local = forward_backward(model, inputs, targets)
+    optimizer_step(optimizers)
+    return global_loss(local, inputs.device)

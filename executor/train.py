@@ -1,0 +1,173 @@
+"""`python -m executor PLAN.json`: train a plan's layout on the reference model (run by torchrun on every rank).
+
+    torchrun --nproc-per-node 4 -m executor plan.json --steps 20 --smoke
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT \\
+        -m executor plan.json --checkpoint-dir ckpt --checkpoint-every 100 [--resume]
+
+(`meshplan run` builds these lines for you.) Steps: check the plan against the world found
+(executor.world), join the process group, build the mesh (executor.mesh), build and parallelise the model
+(executor.parallelize), then for each step read this rank's slice of the step's global batch
+(executor.data), run forward/backward/AdamW (executor.step), log measured-vs-predicted metrics
+(executor.metrics) and checkpoint every K steps (executor.checkpoint).
+
+User errors print one line (`error: ...`, rank 0) and exit 2; a copy goes to `RUN_DIR/error.txt` for the
+launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from executor.data import MemmapTokens, SyntheticTokens, local_batch
+from executor.mesh import Meshes, build_meshes
+from executor.model_args import ModelArgs, check_divisibility, from_spec, smoke_seq_len, smoke_spec
+from executor.options import RunOptions, parse_args
+from executor.parallelize import ParallelModel, apply_plan
+from executor.step import OptimizerConfig, build_optimizers
+from executor.world import World, check_world, init_process_group
+from planner.errors import UserError
+from planner.plan import Plan
+
+
+@dataclass(kw_only=True)
+class Run:
+    """Everything one rank built for a plan."""
+
+    plan: Plan
+    world: World
+    meshes: Meshes
+    spec: Any
+    """The ModelSpec actually trained (the smoke one under --smoke)."""
+    args: ModelArgs
+    seq_len: int
+    model: ParallelModel
+    optimizers: list[torch.optim.Optimizer]
+    data: SyntheticTokens | MemmapTokens
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        lay = self.plan.layout
+        x, y = local_batch(
+            self.data,
+            step,
+            global_batch=lay.global_batch,
+            dp=lay.dp,
+            dp_rank=self.meshes.dp_rank,
+            cp=lay.cp,
+            cp_rank=self.meshes.cp_rank,
+        )
+        return x.to(self.world.device), y.to(self.world.device)
+
+
+def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, int]:
+    """Model-side checks of the plan; returns (spec to train, its ModelArgs, sequence length)."""
+    lay = plan.layout
+    if lay.ep > 1:
+        raise UserError(
+            f"ep={lay.ep}: expert parallelism lands in a later issue", where=f"{where}: layout.ep", fix="plan with ep=1"
+        )
+    workload = plan.inputs.workload
+    if lay.global_batch != workload.batch:
+        raise UserError(
+            f"dp*micro_batch*num_microbatches={lay.global_batch} != workload.global_batch={workload.batch}",
+            where=f"{where}: layout",
+            fix="re-plan: the layout must consume exactly the workload's global batch",
+        )
+    spec = plan.inputs.model
+    seq_len = workload.seq_len
+    if smoke:
+        spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp)
+        seq_len = smoke_seq_len(lay.cp)
+    args = from_spec(spec)
+    if args.tied_embeddings and lay.pp > 1:
+        raise UserError(
+            "tied embeddings across pipeline stages are not supported by the executor",
+            where=f"{where}: inputs.model.tied_embeddings",
+            fix="plan with pp=1 for this model, or untie its embeddings",
+        )
+    check_divisibility(args, tp=lay.tp, cp=lay.cp, seq_len=seq_len)
+    return spec, args, seq_len
+
+
+def param_dtype_for(plan: Plan, world: World) -> torch.dtype | None:
+    """bf16 mixed precision on GPU when the workload says bf16; fp32 on CPU and for fp32 workloads."""
+    dtype = plan.inputs.workload.dtype
+    if world.device.type != "cuda" or dtype == "fp32":
+        return None
+    if dtype == "bf16":
+        return torch.bfloat16
+    raise UserError(
+        f"dtype={dtype!r} training is not implemented by the executor", where="plan inputs.workload.dtype",
+        fix="plan with dtype bf16 or fp32",
+    )
+
+
+def build_run(
+    plan: Plan, opts: RunOptions, world: World, *, where: str = "plan", optimizer: OptimizerConfig | None = None
+) -> Run:
+    """Mesh, model, optimizer and data of `plan` on this rank (process group already initialised)."""
+    spec, args, seq_len = check_plan(plan, smoke=opts.smoke, where=where)
+    meshes = build_meshes(plan.layout, world.device.type)
+    model = apply_plan(
+        args, meshes, device=world.device, seq_len=seq_len, seed=opts.seed, param_dtype=param_dtype_for(plan, world)
+    )
+    optimizers = build_optimizers(model, optimizer or OptimizerConfig(lr=opts.lr))
+    if opts.data is not None:
+        dtype = opts.data_dtype or ("uint16" if plan.inputs.model.vocab_size <= 2**16 else "uint32")
+        data: SyntheticTokens | MemmapTokens = MemmapTokens(
+            opts.data, dtype=dtype, vocab_size=args.vocab_size, seq_len=seq_len, wrap_vocab=opts.smoke
+        )
+    else:
+        data = SyntheticTokens(vocab_size=args.vocab_size, seq_len=seq_len, seed=opts.seed)
+    return Run(
+        plan=plan, world=world, meshes=meshes, spec=spec, args=args, seq_len=seq_len, model=model,
+        optimizers=optimizers, data=data,
+    )
+
+
+def _report_error(message: str, opts: RunOptions | None) -> None:
+    """One line on stderr from each host's first rank, and RUN_DIR/error.txt (for `meshplan run`).
+
+    Every rank writes the file (atomically, same text): torchrun stops the whole job when the first rank
+    exits, so the rank that reports may not be the one that gets to. The others wait a moment before
+    exiting for the same reason, so the printed line is not cut off."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if opts is not None:
+        opts.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = opts.run_dir / f".error.{os.getpid()}.tmp"
+        tmp.write_text(message + "\n", encoding="utf-8")
+        os.replace(tmp, opts.run_dir / "error.txt")
+    if local_rank == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from executor.loop import train  # loop.py uses Run from this module
+
+    # FSDP2 warns that the root returns a view (the TP head's local logits); nothing here modifies the
+    # logits in place, which is the case the warning is about.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+
+    opts = None
+    try:
+        opts = parse_args(argv)
+        plan = Plan.load(opts.plan)
+        world = check_world(plan, smoke=opts.smoke, plan_path=str(opts.plan))
+        check_plan(plan, smoke=opts.smoke, where=str(opts.plan))  # before joining: all ranks stop alike
+        init_process_group(world, opts.timeout_s)
+        train(build_run(plan, opts, world, where=str(opts.plan)), opts)
+    except UserError as exc:
+        # Every rank reaches the same verdict on the same inputs; rank 0 says it once.
+        _report_error(str(exc), opts)
+        return 2
+    dist.destroy_process_group()
+    return 0

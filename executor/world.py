@@ -1,0 +1,138 @@
+"""The world a rank finds, checked against the plan before any collective; and the process group.
+
+A mismatch (rank count, device kind, device memory, backend) is a `UserError` with one line naming the
+plan field, what was found and the fix. Every rank runs the same check on the same inputs and reaches the
+same verdict, so all stop together without talking to each other.
+
+The plan's cluster is read defensively (`hardware_of`): it is `hardware_profiles.Cluster.model_dump()`,
+whose GPU profiles carry `vendor`, `memory_bytes` and `peak_flops`, and whose node shapes say
+`virtual_devices: true` for CPU processes (gloo).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from planner.errors import UserError
+from planner.plan import Plan
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """What the plan's cluster says one rank runs on."""
+
+    kind: str
+    """"cpu" (gloo processes) or "cuda"."""
+    gpu_name: str
+    memory_bytes: float | None
+    peak_flops: dict[str, float]
+
+
+def hardware_of(cluster: dict[str, Any]) -> Hardware:
+    gpus = cluster.get("gpus") if isinstance(cluster.get("gpus"), dict) else {}
+    groups = cluster.get("host_groups") or []
+    node = groups[0].get("node", {}) if groups and isinstance(groups[0], dict) else {}
+    name = str(node.get("gpu") or next(iter(gpus), "") or cluster.get("name", ""))
+    profile = gpus.get(name, {}) if isinstance(gpus, dict) else {}
+    vendor = str(profile.get("vendor", "")).lower()
+    cpu = bool(node.get("virtual_devices")) or vendor == "cpu" or (not profile and "cpu" in name.lower())
+    return Hardware(
+        kind="cpu" if cpu else "cuda",
+        gpu_name=name or "unknown",
+        memory_bytes=profile.get("memory_bytes"),
+        peak_flops=dict(profile.get("peak_flops") or {}),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+    hardware: Hardware
+    """The plan's hardware."""
+    on_planned_device: bool
+    """False when a smoke run of a GPU plan runs on CPU: MFU against the plan's GPU is then meaningless."""
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def check_world(plan: Plan, *, smoke: bool, plan_path: str) -> World:
+    """Validate the plan against this process's world (torchrun env, devices) and pick device and backend."""
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    world_size = _env_int("WORLD_SIZE", 1)
+    layout = plan.layout
+    if world_size != layout.world_size:
+        raise UserError(
+            f"layout needs {layout.world_size} ranks (dp{layout.dp} x tp{layout.tp} x pp{layout.pp} x cp{layout.cp}) "
+            f"but torchrun started {world_size}",
+            where=f"{plan_path}: layout",
+            fix=f"launch {layout.world_size} processes in total (--nproc-per-node x --nnodes)",
+        )
+    hw = hardware_of(plan.inputs.cluster)
+    planned = True
+    if hw.kind == "cuda":
+        if not torch.cuda.is_available():
+            if not smoke:
+                raise UserError(
+                    f"the plan is for {hw.gpu_name} GPUs but no CUDA device is visible",
+                    where=f"{plan_path}: inputs.cluster",
+                    fix="run on the planned hardware, or pass --smoke to run the layout at toy size on CPU",
+                )
+            planned = False
+        else:
+            local = _env_int("LOCAL_WORLD_SIZE", 1)
+            if torch.cuda.device_count() < local:
+                raise UserError(
+                    f"{local} ranks on this host but only {torch.cuda.device_count()} CUDA devices",
+                    where="torchrun --nproc-per-node",
+                    fix=f"start at most {torch.cuda.device_count()} processes per host",
+                )
+            total = torch.cuda.get_device_properties(local_rank % torch.cuda.device_count()).total_memory
+            need = plan.prediction.peak_memory_bytes
+            if not smoke and need > total:
+                raise UserError(
+                    f"predicted peak memory {need / GIB:.1f} GiB exceeds this GPU's {total / GIB:.1f} GiB",
+                    where=f"{plan_path}: prediction.peak_memory_bytes",
+                    fix="re-plan for this GPU (its profile's memory_bytes) or run with --smoke",
+                )
+    kind = hw.kind if planned else "cpu"
+    backend = "nccl" if kind == "cuda" else "gloo"
+    if not dist.is_backend_available(backend):
+        raise UserError(f"torch.distributed backend {backend!r} is not available in this PyTorch build", where="torch")
+    if kind == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    else:
+        device = torch.device("cpu")
+    return World(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        device=device,
+        backend=backend,
+        hardware=hw,
+        on_planned_device=planned,
+    )
+
+
+def init_process_group(world: World, timeout_s: float) -> None:
+    """Join the job; every collective gives up after `timeout_s` so one dead rank does not hang the rest."""
+    if world.device.type == "cuda":
+        torch.cuda.set_device(world.device)
+    dist.init_process_group(
+        backend=world.backend,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=world.device if world.device.type == "cuda" else None,
+    )

@@ -1,0 +1,54 @@
+"""Launch helpers for the multi-process tests: torchrun on 127.0.0.1 with a free port, CPU/gloo settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_env() -> dict[str, str]:
+    """Environment of every launch: loopback rendezvous, one thread per rank (2-core machine), fresh store."""
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        OMP_NUM_THREADS="1",
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def torchrun(nproc: int, args: list[str], *, timeout_s: float, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node nproc ARGS` (one node, c10d rendezvous on 127.0.0.1:free port)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--local-addr",
+        "127.0.0.1",
+        *args,
+    ]
+    return subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=timeout_s)
+
+
+def tail(proc: subprocess.CompletedProcess, chars: int = 4000) -> str:
+    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-chars:]}\n--- stderr ---\n{proc.stderr[-chars:]}"

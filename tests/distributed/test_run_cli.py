@@ -1,0 +1,101 @@
+"""`meshplan run` end to end: torchrun launched by the CLI, real executor, measured-vs-predicted output.
+
+Each test is one launch of 4 CPU ranks (about 10 s on the 2-core CI machine).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dist_launch import cpu_env, free_port
+from dist_plans import make_plan
+
+from planner.layout import Layout
+
+pytestmark = pytest.mark.distributed
+
+
+def meshplan(args: list[str], cwd: Path, timeout_s: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "planner.cli.main", *args],
+        cwd=cwd,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def _gpu_plan(tmp: Path) -> Path:
+    """llama3-8b on 4 H100s as tp2 x pp2 (1F1B): a plan this CPU machine can only run with --smoke."""
+    layout = Layout(tp=2, pp=2, schedule="1f1b", micro_batch=1, num_microbatches=4, sequence_parallel=True)
+    plan = make_plan("llama3-8b", layout, seq_len=8192, dtype="bf16", cluster_name="dgx-h100")
+    path = tmp / "h100.json"
+    path.write_text(plan.to_json())
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_run_without_arguments_plans_and_runs_here(tmp_path: Path) -> None:
+    """No plan: the tiny model is planned for 4 local gloo ranks (planner.search), run for 10 steps, and a
+    measured-vs-predicted table goes to stdout."""
+    proc = meshplan(["run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "measured vs predicted" in proc.stdout
+    for row in ("median step time", "tokens/s", "MFU", "deviation"):
+        assert row in proc.stdout, proc.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 11))
+    assert all(r["peak_memory_bytes"] is None and r["predicted_step_time_s"] > 0 for r in rows)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["inputs"]["model"]["name"] == "tiny" and len(plan["placement"]) == 4
+
+
+@pytest.mark.timeout(300)
+def test_gpu_plan_runs_with_smoke_and_is_refused_without(tmp_path: Path) -> None:
+    plan = _gpu_plan(tmp_path)
+    refused = meshplan(["run", str(plan), "--steps", "2"], tmp_path)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "no CUDA device" in last and "--smoke" in last, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+
+    smoke = meshplan(["run", str(plan), "--steps", "2", "--smoke", "--json", "-"], tmp_path)
+    assert smoke.returncode == 0, smoke.stderr[-4000:]
+    summary = json.loads(smoke.stdout)
+    assert summary["smoke"] is True and summary["steps"] == 1
+    assert summary["median_mfu"] is None, "MFU against an H100 peak means nothing for a CPU smoke run"
+    assert summary["layout"].startswith("dp1xtp2xpp2")
+
+
+@pytest.mark.timeout(300)
+def test_two_torchrun_agents_on_loopback(tmp_path: Path) -> None:
+    """Multi-host path on one machine: two agents (nnodes=2, c10d rendezvous on 127.0.0.1), 2 ranks each,
+    reading a memory-mapped uint16 token file (--data)."""
+    layout = Layout(dp=2, tp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
+    plan = tmp_path / "plan.json"
+    plan.write_text(make_plan("tiny", layout).to_json())
+    tokens = tmp_path / "tokens.bin"
+    np.random.default_rng(0).integers(0, 256, size=3 * 8 * 65, dtype=np.uint16).tofile(tokens)
+    endpoint = f"127.0.0.1:{free_port()}"
+    common = ["run", str(plan), "--steps", "3", "--nnodes", "2", "--nproc", "2", "--rdzv-endpoint", endpoint,
+              "--run-dir", str(tmp_path / "run"), "--data", str(tokens)]
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "planner.cli.main", *common, "--node-rank", str(r)],
+            cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for r in (0, 1)
+    ]
+    outputs = [a.communicate(timeout=240) for a in agents]
+    for agent, (_, stderr) in zip(agents, outputs, strict=True):
+        assert agent.returncode == 0, stderr[-4000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert "measured vs predicted" in outputs[0][0] + outputs[1][0]
