@@ -77,11 +77,14 @@ def _cluster(case: dict[str, Any]):
 def _pins(case: dict[str, Any]) -> dict[str, Any]:
     par = case["parallelism"]
     pins: dict[str, Any] = {"tp": par["tp"], "pp": par["pp"], "dp": par["dp"], "cp": 1, "ep": 1}
+    if case["id"].startswith("narayanan2021") and par["pp"] > 1:
+        pins["schedule"] = "interleaved"  # Sec. 5.1: all Table 1 runs use the interleaved schedule (v not stated)
     mb = case["batch"].get("micro_batch")
     if mb:
         pins["micro_batch"] = mb
     setting = str(case["recompute"].get("setting", ""))
-    if setting.startswith("full"):
+    if setting.startswith("full") or "Eq.3 accounting assumes recompute" in setting:
+        # Table 2 does not state it per row, but its FLOP accounting (Eq. 3) counts full recomputation.
         pins["recompute"] = "full"
     if "ZeRO-3" in case["id"]:
         pins["zero"] = 3

@@ -97,6 +97,13 @@ class GPUProfile(Sourced):
         description="Dense (no sparsity) peak throughput per dtype (FLOP/s); keys among " + ", ".join(DTYPES) + "."
     )
     matmul_efficiency: MatmulEfficiency = Field(description="Achieved bf16 GEMM throughput curve.")
+    attention_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
+        "GEMM plateau.",
+    )
     nvlink_bandwidth_Bps: float = Field(
         ge=0,
         description="GPU-to-GPU scale-up bandwidth per GPU per direction (bytes/s): NVLink, or the vendor's "
@@ -132,3 +139,10 @@ class LinkProfile(Sourced):
         "together), per x16 slot for PCIe, per port for a NIC or switch port.",
     )
     latency_s: float = Field(ge=0, description="Latency of one ring step over this fabric (s).")
+    protocol_efficiency: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Fraction of bandwidth_Bps that NCCL moves as payload (protocol and packet overhead): the "
+        "topology uses bandwidth_Bps x protocol_efficiency as the usable capacity (1).",
+    )

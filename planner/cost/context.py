@@ -142,6 +142,12 @@ class CostContext:
         return float(self.gpu.matmul_efficiency.half_flops)
 
     @cached_property
+    def attention_efficiency(self) -> float:
+        """Fraction of peak the fused attention kernel achieves (profile value; else the GEMM plateau)."""
+        value = getattr(self.gpu, "attention_efficiency", None)
+        return float(value) if value else self.max_fraction
+
+    @cached_property
     def memory_bandwidth_Bps(self) -> float:
         return float(self.gpu.memory_bandwidth_Bps)
 

@@ -114,6 +114,78 @@ def _ep_coeffs(bw: comm.AxisBandwidth, table, groups, world):
     return _coeff_columns(bw, "all_to_all", ep, inner_stride, world)
 
 
+@dataclass
+class LayerCosts:
+    """Per-row, per-micro-batch times of the mean decoder layer and the end-rank extras, and the collective
+    coefficients the step assembly needs. One definition, used by `evaluate_table` and the schedule figure."""
+
+    tokens: np.ndarray
+    u: np.ndarray  # one layer: forward + backward + recompute + exposed in-layer communication
+    u_fwd: np.ndarray  # its forward part (with forward communication)
+    u_comp: np.ndarray  # its compute part
+    u_tp: np.ndarray
+    u_cp: np.ndarray
+    u_ep: np.ndarray
+    emb_f: np.ndarray  # embedding forward
+    head_f: np.ndarray  # final norm + LM head + loss forward
+    e_first: np.ndarray  # embedding forward + backward (rank 0)
+    e_last: np.ndarray  # head forward + backward (last rank)
+    dense_params: float  # mean per layer
+    expert_params: float
+    rs_shard: tuple
+    ag_shard: tuple
+    ar_rep: tuple
+    pp_p2p: tuple
+
+
+def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth) -> LayerCosts:
+    """Mean-layer costs per micro-batch, averaged over layer types (weights = layer counts)."""
+    s = ctx.workload.seq_len
+    tp, cp, ep, pp = table["tp"], table["cp"], table["ep"], table["pp"]
+    mb, rc, sp = table["mb"], table["rc"], table["sp"].astype(bool)
+    tokens = mb * s / cp
+    groups = _axis_groups(table)
+    world = table["dp"] * tp * pp * cp
+    tp_ar = _coeff_columns(bw, "all_reduce", *groups["tp"], world)
+    cp_ag = _coeff_columns(bw, "all_gather", *groups["cp"], world)
+    ep_a2a = _ep_coeffs(bw, table, groups, world)
+    counts = ctx.layer_type_counts().astype(float)
+    w = counts / counts.sum()
+    zeros = np.zeros_like(tokens, dtype=float)
+    u_comp, u_fwd, u_tp, u_cp, u_ep = (zeros.copy() for _ in range(5))
+    dense_params = expert_params = 0.0
+    tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
+    cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
+    full = rc == 2
+    for wk, lt in zip(w, ctx.layer_types):
+        lt_time = compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, sp)
+        attn = lt_time.attn_fwd_s
+        rec = compute.recompute_time_s(rc, lt_time.fwd_s, attn)
+        ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
+        # CP: the K/V all-gather hides behind the attention core's forward, the gradient reduce-scatter behind
+        # its backward; full recomputation repeats the gather.
+        cp_exp_f = np.maximum(cp_f - attn, 0.0)
+        cp_exp_b = np.maximum(cp_f - (lt_time.bwd_s / np.maximum(lt_time.fwd_s, 1e-30)) * attn, 0.0)
+        u_comp += wk * (lt_time.fwd_s + lt_time.bwd_s + rec)
+        u_fwd += wk * (lt_time.fwd_s + tp_f + cp_exp_f + ep_f)
+        u_tp += wk * tp_f * (2 + full)
+        u_cp += wk * (cp_exp_f * (1 + full) + cp_exp_b)
+        u_ep += wk * ep_f * (2 + full)
+        dense_params += wk * lt.dense_params
+        expert_params += wk * lt.expert_params
+    emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
+    head_f = compute.head_forward_time_s(ctx, tokens, tp)
+    return LayerCosts(
+        tokens=tokens, u=u_comp + u_tp + u_cp + u_ep, u_fwd=u_fwd, u_comp=u_comp, u_tp=u_tp, u_cp=u_cp, u_ep=u_ep,
+        emb_f=emb_f, head_f=head_f, e_first=emb_f * (1 + compute.BACKWARD_TO_FORWARD),
+        e_last=head_f * (1 + compute.BACKWARD_TO_FORWARD), dense_params=dense_params, expert_params=expert_params,
+        rs_shard=_coeff_columns(bw, "reduce_scatter", *groups["dp_shard"], world),
+        ag_shard=_coeff_columns(bw, "all_gather", *groups["dp_shard"], world),
+        ar_rep=_coeff_columns(bw, "all_reduce", *groups["dp_replicate"], world),
+        pp_p2p=_coeff_columns(bw, "p2p", *groups["pp"], world),
+    )
+
+
 def evaluate_table(
     ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth, rank_layers: np.ndarray | None = None
 ) -> TableResult:
@@ -123,53 +195,15 @@ def evaluate_table(
     partition is costed rank by rank instead of the optimal split, and per-rank memory is returned.
     """
     L = ctx.model.num_layers
-    s = ctx.workload.seq_len
     tp, cp, ep, pp = table["tp"], table["cp"], table["ep"], table["pp"]
     mb, m, v, zero, shard = table["mb"], table["m"], table["v"], table["zero"], table["dp_shard"]
     sched, rc, sp = table["sched"], table["rc"], table["sp"].astype(bool)
-    tokens = mb * s / cp
-
-    groups = _axis_groups(table)
-    world = table["dp"] * tp * pp * cp
-    tp_ar = _coeff_columns(bw, "all_reduce", *groups["tp"], world)
-    cp_ag = _coeff_columns(bw, "all_gather", *groups["cp"], world)
-    pp_p2p = _coeff_columns(bw, "p2p", *groups["pp"], world)
-    rs_shard = _coeff_columns(bw, "reduce_scatter", *groups["dp_shard"], world)
-    ag_shard = _coeff_columns(bw, "all_gather", *groups["dp_shard"], world)
-    ar_rep = _coeff_columns(bw, "all_reduce", *groups["dp_replicate"], world)
-    ep_a2a = _ep_coeffs(bw, table, groups, world)
-
-    # Per-layer, per-micro-batch times averaged over layer types (weights = layer counts).
-    counts = ctx.layer_type_counts().astype(float)
-    w = counts / counts.sum()
-    u_comp = np.zeros_like(tokens, dtype=float)
-    u_fwd = np.zeros_like(u_comp)
-    u_tp = np.zeros_like(u_comp)
-    u_cp = np.zeros_like(u_comp)
-    u_ep = np.zeros_like(u_comp)
-    dense_params = 0.0
-    expert_params = 0.0
-    tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
-    cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
-    for wk, lt in zip(w, ctx.layer_types):
-        fwd, attn = compute.layer_forward_time_s(ctx, lt, tokens, tp, cp, ep, sp)
-        rec = compute.recompute_fraction(rc, fwd, attn)
-        ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
-        cp_exp = np.maximum(cp_f - attn, 0.0) + np.maximum(cp_f - 2 * attn, 0.0)
-        full = rc == 2
-        u_comp += wk * (fwd * (1 + compute.BACKWARD_TO_FORWARD) + rec)
-        u_fwd += wk * (fwd + tp_f + np.maximum(cp_f - attn, 0.0) + ep_f)
-        u_tp += wk * tp_f * (2 + full)
-        u_cp += wk * cp_exp * (1 + 0.5 * full)
-        u_ep += wk * ep_f * (2 + full)
-        dense_params += wk * lt.dense_params
-        expert_params += wk * lt.expert_params
-    u = u_comp + u_tp + u_cp + u_ep
-
-    emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
-    head_f = compute.head_forward_time_s(ctx, tokens, tp)
-    e_first = emb_f * (1 + compute.BACKWARD_TO_FORWARD)
-    e_last = head_f * (1 + compute.BACKWARD_TO_FORWARD)
+    lc = layer_costs(ctx, table, bw)
+    tokens = lc.tokens
+    u, u_fwd, u_comp, u_tp, u_cp, u_ep = lc.u, lc.u_fwd, lc.u_comp, lc.u_tp, lc.u_cp, lc.u_ep
+    emb_f, head_f, e_first, e_last = lc.emb_f, lc.head_f, lc.e_first, lc.e_last
+    dense_params, expert_params = lc.dense_params, lc.expert_params
+    rs_shard, ag_shard, ar_rep, pp_p2p = lc.rs_shard, lc.ag_shard, lc.ar_rep, lc.pp_p2p
     layer_local = dense_params / tp + expert_params / (tp * ep)
     emb_local = ctx.embedding_params / tp
     head_local = ctx.head_params / tp

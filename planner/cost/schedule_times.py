@@ -1,9 +1,8 @@
 """Per-pipeline-rank forward and backward time of one micro-batch, exactly as the cost model assembles them.
 
 `planner.cost.evaluate.evaluate_table` folds these into the pipeline makespan and does not return them; the
-schedule figure needs them to draw a Gantt chart with the model's own numbers. This module rebuilds them from
-the same cost terms (compute.layer_forward_time_s, comm.tp/cp/ep_layer_fwd_s, the embedding and head times)
-with the same per-layer-type weighting:
+schedule figure needs them to draw a Gantt chart with the model's own numbers. Both read the mean-layer
+costs from `evaluate.layer_costs`; this module adds the per-rank sums:
 
     t_r = n_r * u + [r == 0] * e_first + [r == p-1] * e_last           (forward + backward + recompute)
     f_r = n_r * u_fwd + [r == 0] * emb_f + [r == p-1] * head_f         (forward only)
@@ -20,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner.cost import comm, compute
-from planner.cost.evaluate import RECOMPUTE, SCHEDULES, _axis_groups, _coeff_columns, _ep_coeffs
+from planner.cost import comm
+from planner.cost.evaluate import RECOMPUTE, SCHEDULES, layer_costs
 
 if TYPE_CHECKING:
     from planner.cost.context import CostContext
@@ -80,39 +79,11 @@ def _table(layout: Layout) -> dict[str, np.ndarray]:
 def per_layer_times(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth) -> dict[str, np.ndarray]:
     """Per micro-batch: mean decoder layer total `u` and forward `u_fwd`; embedding/head forward and total.
 
-    Mirrors the layer loop of `evaluate_table` term by term (same weights, same exposure rules).
+    Read from `evaluate.layer_costs`, the same function `evaluate_table` uses.
     """
-    s = ctx.workload.seq_len
-    tp, cp, ep, pp = table["tp"], table["cp"], table["ep"], table["pp"]
-    mb, rc, sp = table["mb"], table["rc"], table["sp"].astype(bool)
-    tokens = mb * s / cp
-    groups = _axis_groups(table)
-    world = table["dp"] * tp * pp * cp
-    tp_ar = _coeff_columns(bw, "all_reduce", *groups["tp"], world)
-    cp_ag = _coeff_columns(bw, "all_gather", *groups["cp"], world)
-    ep_a2a = _ep_coeffs(bw, table, groups, world)
-    counts = ctx.layer_type_counts().astype(float)
-    w = counts / counts.sum()
-    u = np.zeros_like(tokens, dtype=float)
-    u_fwd = np.zeros_like(u)
-    tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
-    cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
-    full = rc == 2
-    for wk, lt in zip(w, ctx.layer_types):
-        fwd, attn = compute.layer_forward_time_s(ctx, lt, tokens, tp, cp, ep, sp)
-        rec = compute.recompute_fraction(rc, fwd, attn)
-        ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
-        cp_exp = np.maximum(cp_f - attn, 0.0) + np.maximum(cp_f - 2 * attn, 0.0)
-        u += wk * (fwd * (1 + compute.BACKWARD_TO_FORWARD) + rec)  # compute
-        u += wk * (tp_f * (2 + full) + cp_exp * (1 + 0.5 * full) + ep_f * (2 + full))  # communication
-        u_fwd += wk * (fwd + tp_f + np.maximum(cp_f - attn, 0.0) + ep_f)
-    emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
-    head_f = compute.head_forward_time_s(ctx, tokens, tp)
-    return {
-        "u": u, "u_fwd": u_fwd, "emb_f": np.broadcast_to(emb_f, u.shape), "head_f": np.broadcast_to(head_f, u.shape),
-        "e_first": np.broadcast_to(emb_f * (1 + compute.BACKWARD_TO_FORWARD), u.shape),
-        "e_last": np.broadcast_to(head_f * (1 + compute.BACKWARD_TO_FORWARD), u.shape),
-    }
+    lc = layer_costs(ctx, table, bw)
+    return {"u": lc.u, "u_fwd": lc.u_fwd, "emb_f": lc.emb_f, "head_f": lc.head_f, "e_first": lc.e_first,
+            "e_last": lc.e_last}
 
 
 def stage_times(ctx: CostContext, layout: Layout, rank_layers: list[int]) -> StageTimes:

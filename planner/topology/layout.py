@@ -134,16 +134,27 @@ def _capacities(lay: Layout, cluster: Cluster, gi: np.ndarray, has_su: np.ndarra
         if name is None:
             return np.nan
         lk, gp = links[name], cluster.gpus[g.node.gpu]
-        return min(lk.bandwidth_Bps, gp.nvlink_bandwidth_Bps) if lk.kind == "nvlink" and gp.nvlink_bandwidth_Bps > 0 else lk.bandwidth_Bps
+        line = min(lk.bandwidth_Bps, gp.nvlink_bandwidth_Bps) if lk.kind == "nvlink" and gp.nvlink_bandwidth_Bps > 0 else lk.bandwidth_Bps
+        return line * lk.protocol_efficiency
 
+    # Capacities are usable payload rates: line rate x the link's protocol efficiency (NCCL overhead).
     def pcie(g, attr: str, default=np.nan):
-        return getattr(links[g.node.pcie_link], attr) if g.node.pcie_link else default
+        if not g.node.pcie_link:
+            return default
+        lk = links[g.node.pcie_link]
+        return lk.bandwidth_Bps * lk.protocol_efficiency if attr == "bandwidth_Bps" else getattr(lk, attr)
 
     def gpu_pcie(g) -> float:
-        return min(pcie(g, "bandwidth_Bps"), cluster.gpus[g.node.gpu].pcie_bandwidth_Bps) if g.node.pcie_link else np.nan
+        if not g.node.pcie_link:
+            return np.nan
+        eff = links[g.node.pcie_link].protocol_efficiency
+        return min(pcie(g, "bandwidth_Bps"), cluster.gpus[g.node.gpu].pcie_bandwidth_Bps * eff)
 
     def nic_attr(g, attr: str, default=np.nan):
-        return getattr(links[g.node.nic_link], attr) if g.node.nic_link else default
+        if not g.node.nic_link:
+            return default
+        lk = links[g.node.nic_link]
+        return lk.bandwidth_Bps * lk.protocol_efficiency if attr == "bandwidth_Bps" else getattr(lk, attr)
 
     per_host = {
         "su": (gval(su_cap), gval(lambda g: links[su_link(g)].latency_s if su_link(g) else np.nan), gval(lambda g: su_link(g) or "", object), gval(lambda g: links[su_link(g)].kind if su_link(g) else "", object)),
@@ -182,7 +193,7 @@ def _network(lay: Layout, cluster: Cluster, rails: int) -> None:
     cap = 0.0
     for k in range(nlev - 1):
         lv, lk = levels[k], cluster.links[levels[k].link]
-        down = lv.size * lk.bandwidth_Bps if k == 0 else lv.size * cap * (rails if (k == 1 and net.rail_optimized) else 1)
+        down = lv.size * lk.bandwidth_Bps * lk.protocol_efficiency if k == 0 else lv.size * cap * (rails if (k == 1 and net.rail_optimized) else 1)
         cap = down / lv.oversubscription
         count = int(lay.anc[k].max()) + 1
         ratio = "" if lv.oversubscription == 1 else f" {_ratio(lv.oversubscription)}"

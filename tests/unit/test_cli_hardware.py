@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import networkx as nx
+import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
@@ -63,7 +64,7 @@ def test_topology_dgx_h100_four_nodes(tmp_path):
     g = nx.read_graphml(gml)
     assert sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu") == 32
     doc = json.loads(js.read_text())
-    assert doc["summary"]["reference"]["dp_all_reduce_across_hosts"]["bus_bandwidth_Bps"] == 50e9
+    assert doc["summary"]["reference"]["dp_all_reduce_across_hosts"]["bus_bandwidth_Bps"] == pytest.approx(50e9 * hp.link("ib-ndr").protocol_efficiency)
     assert hp.Cluster.model_validate(doc["cluster"]).num_gpus == 32
     assert len(doc["graph"]["nodes"]) == g.number_of_nodes()
 
