@@ -16,6 +16,7 @@ import pytest
 import hardware_profiles as hp
 from planner.topology import KINDS, CollectiveEstimate, Topology, build_topology
 
+
 def _eff(name: str) -> float:
     return hp.link(name).protocol_efficiency
 
