@@ -10,9 +10,9 @@ T_lb = (L*u + e0 + el) / p, T* lies in [T_lb, T_lb + u], so two candidates per f
 When capacity exceeds L, surplus layers are taken from the middle ranks evenly (whole rounds, then one more
 from ranks 1, 2, ..., which hold the most in-flight micro-batches, so this also lowers peak memory), then
 from rank 0, then the last rank.
-Layer types (dense vs MoE) enter through their mean time: exact for uniform layers; for MoE models with
-dense first layers (DeepSeek-V3) the split is optimal for the mean layer, not per type (a CP-SAT
-partitioner over layer types and heterogeneous stage speeds is the planned refinement).
+Layer types (dense vs MoE) enter through their mean time: exact for uniform layers. For models with several
+layer types and for heterogeneous clusters, the plan's partition is refined per type and per rank by the
+CP-SAT model in `planner.solver.partition_cpsat` (the search still ranks layouts with this mean-layer split).
 """
 
 from __future__ import annotations

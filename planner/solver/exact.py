@@ -1,17 +1,21 @@
-"""Branch-and-bound over shapes, vectorised evaluation inside each shape: the proven optimum.
+"""Branch-and-bound over shapes and micro-batch sizes, vectorised evaluation inside: the proven optimum.
 
 1. Enumerate every valid shape (tp, cp, pp, dp, ep) (`space.shape_candidates`).
-2. Bound each shape from below, vectorised over all shapes at once:
-   - time: the busiest GPU does at least 1/W of the step's model FLOPs (no recompute) at the best
-     achievable GEMM throughput (peak x max_fraction), W = dp*tp*pp*cp;
-   - memory: its model states are at least (dense params / (tp*pp*dp) + expert params / (tp*pp*ep*dp)) times
-     the bytes per parameter with everything sharded (ZeRO-3 over all of DP), plus the reserve.
-   Shapes whose memory bound exceeds the GPU cannot fit with any knobs and are dropped.
-3. Visit shapes in increasing time bound; expand each batch to every knob combination and evaluate the
-   batch as one table (`cost.evaluate.evaluate_table`). Stop when the next shape's bound is no better than
-   the K-th best feasible step time found: no unvisited layout can enter the top K. The result is exact
-   under the cost model (`proven_optimal`); `brute_force` evaluates the same space without bounds and is
-   the test oracle.
+2. Bound each shape from below, vectorised over all shapes at once (`bounds.shape_bounds`): a FLOP bound on
+   time and a fully sharded model-state bound on memory. Shapes whose memory bound exceeds the GPU cannot
+   fit with any knobs and are dropped.
+3. Bound each remaining (shape, micro-batch size) pair by its pipeline makespan (`bounds.micro_batch_bounds`:
+   compute and unhidden TP traffic of the best layer split, the GPipe bubble when m < pp); a shape's bound is
+   the least of its pairs'.
+4. Visit shapes in increasing bound; expand each batch of shapes to every knob combination of the pairs whose
+   bound is below the K-th best step time found so far, and evaluate them as one table
+   (`cost.evaluate.evaluate_table`) in two passes: first with the DP and PP collectives at a capacity-only
+   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
+   only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
+   queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
+   Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
+   The result is exact under the cost model (`proven_optimal`); `brute_force` evaluates the same space
+   without bounds and is the test oracle (tests/unit/test_search_oracle.py, test_search_bounds.py).
 """
 
 from __future__ import annotations
@@ -23,8 +27,15 @@ import numpy as np
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import COLUMNS, TableResult, evaluate_table
-from planner.cost.memory import reserve_bytes
-from planner.solver.space import Pins, SearchLimits, expand_shapes, shape_candidates
+from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
+from planner.solver.space import (
+    Pins,
+    SearchLimits,
+    expand_pairs,
+    expand_shapes,
+    micro_batch_pairs,
+    shape_candidates,
+)
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
 
@@ -35,7 +46,9 @@ class SearchStats:
     shapes_memory_pruned: int = 0
     shapes_bound_pruned: int = 0
     shapes_evaluated: int = 0
+    micro_batches_bound_pruned: int = 0  # (shape, micro-batch) pairs of visited shapes skipped by their bound
     rows_evaluated: int = 0
+    rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
     rows_feasible: int = 0
     proven_optimal: bool = False
 
@@ -59,18 +72,6 @@ def nvlink_domain_size(cluster) -> int:
     return int(cluster.gpus_per_node)
 
 
-def _shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.ndarray]:
-    W = (tp * cp * pp * dp).astype(float)
-    flops_per_token, _ = ctx.model.training_flops_per_token(ctx.workload.seq_len, "none", causal=ctx.flash_attention)
-    step_flops = float(flops_per_token) * ctx.workload.tokens_per_step
-    time_lb = step_flops / (W * ctx.peak_flops * ctx.max_fraction)
-    dense = sum(lt.dense_params * lt.count for lt in ctx.layer_types) + ctx.embedding_params + ctx.head_params
-    expert = sum(lt.expert_params * lt.count for lt in ctx.layer_types)
-    per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
-    mem_lb = (dense / (tp * pp * dp) + expert / (tp * pp * ep * dp)) * per_param + reserve_bytes(ctx)
-    return time_lb, mem_lb
-
-
 def _take(table: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
     return {k: v[idx] for k, v in table.items()}
 
@@ -90,37 +91,48 @@ def exact_search(
     shapes = shape_candidates(ctx.model, n_gpus, ctx.workload.batch, ctx.workload.seq_len, pins, limits,
                               nvlink_domain_size(ctx.cluster))
     stats = SearchStats(shapes_total=len(shapes[0]))
-    time_lb, mem_lb = _shape_bounds(ctx, *shapes)
-    fits = mem_lb <= ctx.memory_capacity_bytes
-    stats.shapes_memory_pruned = int((~fits).sum())
-    order = np.argsort(time_lb[fits], kind="stable")
-    shape_idx = np.nonzero(fits)[0][order]
-    tp, cp, pp, dp, ep = shapes
+    time_lb, mem_lb = shape_bounds(ctx, *shapes)
+    fits = np.nonzero(mem_lb <= ctx.memory_capacity_bytes)[0]
+    stats.shapes_memory_pruned = len(shapes[0]) - len(fits)
+    shapes = tuple(a[fits] for a in shapes)
+    pair_shape, pair_mb = micro_batch_pairs(ctx.workload.batch, shapes, pins, limits)
+    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb)
+    pair_lb = np.maximum(np.where(np.isfinite(pair_lb), pair_lb, 0.0), time_lb[fits][pair_shape])
+    shape_lb = np.full(len(fits), np.inf)  # a shape with no valid micro-batch has no layout at all
+    np.minimum.at(shape_lb, pair_shape, pair_lb)
+    first_pair = np.searchsorted(pair_shape, np.arange(len(fits)))
+    n_pairs = np.bincount(pair_shape, minlength=len(fits))
+    shape_idx = np.argsort(shape_lb, kind="stable")
+    cache: dict = {}  # optimistic-pass coefficients, shared by the batches
 
     best: dict[str, np.ndarray] | None = None
     best_t = np.zeros(0)
     least_mem: tuple[dict[str, int], float] | None = None
     feasible_all: dict[str, np.ndarray] | None = None
     i = 0
-    per_shape_rows_guess = 64
     n_take = 4  # small first batch: the best shapes often settle the bound; then grow geometrically
     while i < len(shape_idx):
         kth = best_t[top - 1] if len(best_t) >= top else np.inf
-        if time_lb[shape_idx[i]] >= kth:
+        if shape_lb[shape_idx[i]] >= kth:
             stats.shapes_bound_pruned = len(shape_idx) - i
             break
         batch = shape_idx[i : i + n_take]
-        batch = batch[time_lb[batch] < kth]
+        batch = batch[shape_lb[batch] < kth]
         i += n_take
-        table = expand_shapes(ctx.model, ctx.workload.batch, (tp[batch], cp[batch], pp[batch], dp[batch], ep[batch]), pins, limits,
-                              ctx.flash_attention)
+        counts = n_pairs[batch]
+        pairs = np.repeat(first_pair[batch] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        stats.micro_batches_bound_pruned += int((pair_lb[pairs] >= kth).sum())
+        pairs = pairs[pair_lb[pairs] < kth]
+        table = expand_pairs(ctx.model, ctx.workload.batch, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs],
+                             pins, limits, ctx.flash_attention)
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
         if n_rows == 0:
             continue
-        per_shape_rows_guess = max(1, n_rows // max(len(batch), 1))
-        n_take = int(min(max(1, BATCH_ROWS // per_shape_rows_guess), 2 * n_take))
-        res = evaluate_table(ctx, table, bw)
+        n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_rows), 2 * n_take))
+        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact, and a
+        # row whose optimistic step time is no better than the K-th best needs no exact DP/PP query.
+        res = evaluate_table(ctx, table, optimistic_bw(ctx.topology, table, cache))
         stats.rows_evaluated += n_rows
         ok = res.fits
         stats.rows_feasible += int(ok.sum())
@@ -128,8 +140,13 @@ def exact_search(
             j = int(np.argmin(res.peak_memory_bytes))
             if least_mem is None or res.peak_memory_bytes[j] < least_mem[1]:
                 least_mem = ({k: int(v[j]) for k, v in table.items()}, float(res.peak_memory_bytes[j]))
-        if not ok.any():
+        keep_rows = ok if keep_all else ok & (res.step_time_s < kth)
+        stats.rows_bound_pruned += int(ok.sum() - keep_rows.sum())
+        if not keep_rows.any():
             continue
+        table = _take(table, np.nonzero(keep_rows)[0])
+        res = evaluate_table(ctx, table, bw)  # second pass: exact
+        ok = res.fits
         cand = _take(table, np.nonzero(ok)[0])
         if keep_all:
             cand_all = dict(cand, step_time_ms=(res.step_time_s[ok] * 1e3), peak=res.peak_memory_bytes[ok])

@@ -86,85 +86,118 @@ def shape_candidates(model, num_gpus: int, batch: int, seq_len: int, pins: Pins,
     return tp[ok], cp[ok], pp[ok], dp[ok], ep[ok]
 
 
+def micro_batch_pairs(batch: int, shapes: tuple[np.ndarray, ...], pins: Pins, limits: SearchLimits):
+    """(shape index, micro_batch) of every allowed micro-batch size of each shape, shapes in order."""
+    dp = shapes[3]
+    options: dict[int, list[int]] = {}
+    for d in np.unique(dp).tolist():
+        per_replica = batch // d
+        options[d] = [b for b in divisors(per_replica) if b <= limits.max_micro_batch and pins.allow("micro_batch", b)
+                      and pins.allow("num_microbatches", per_replica // b)]
+    count = np.array([len(options[d]) for d in dp.tolist()], dtype=np.int64)
+    shape_idx = np.repeat(np.arange(len(dp)), count)
+    mb = np.array([b for d in dp.tolist() for b in options[d]], dtype=np.int64)
+    return shape_idx, mb
+
+
 def expand_shapes(
     model, batch: int, shapes: tuple[np.ndarray, ...], pins: Pins, limits: SearchLimits, flash_attention: bool = True
 ) -> dict[str, np.ndarray]:
     """Every knob combination of the given shapes, as a table (see planner.cost.evaluate.COLUMNS)."""
-    L = model.num_layers
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("dp", "tp", "pp", "cp", "ep", "mb", "m", "sched", "v", "zero", "dp_shard", "rc", "sp", "order")}
+    shape_idx, mb = micro_batch_pairs(batch, shapes, pins, limits)
+    return expand_pairs(model, batch, tuple(a[shape_idx] for a in shapes), mb, pins, limits, flash_attention)
+
+
+def _schedules(pp: int, m: int, L: int, pins: Pins, limits: SearchLimits) -> list[tuple[int, int]]:
+    """(schedule code, virtual stages) options of a pipeline of pp ranks with m micro-batches."""
     pin_sched = pins.get("schedule")
+    scheds: list[tuple[int, int]] = []
+    if pp == 1:
+        if pin_sched is None or pin_sched in ("1f1b", "gpipe"):
+            scheds = [(SCHEDULES.index(pin_sched or "1f1b"), 1)]
+        return scheds
+    if m >= pp:
+        scheds += [(1, 1), (3, 1)]
+        if pin_sched == "gpipe" or not limits.prune_dominated:
+            scheds.append((0, 1))
+        if m % pp == 0:
+            scheds += [(2, v) for v in range(2, limits.max_virtual_stages + 1) if pp * v <= L]
+    else:
+        scheds.append((0, 1))
+    return [(s, v) for s, v in scheds if (pin_sched is None or SCHEDULES[s] == pin_sched) and pins.allow("virtual_stages", v)]
+
+
+def _zero_options(dp: int, pins: Pins) -> list[tuple[int, int]]:
+    """(ZeRO stage, sharding group size) options for data-parallel degree dp (HSDP groups for ZeRO-3)."""
+    zs = []
+    for z in range(4):
+        if not pins.allow("zero", z):
+            continue
+        shards = [1] if z == 0 else divisors(dp) if z == 3 else [dp]
+        if "dp_shard" in pins.values:
+            pinned = int(pins.get("dp_shard"))
+            shards = [s for s in ([pinned] if z > 0 or pinned == 1 else []) if dp % s == 0]
+        zs.extend((z, s) for s in shards)
+    return zs
+
+
+def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged option lists as a (keys, max_len, width) array and their lengths."""
+    n = max((len(x) for x in lists), default=0)
+    out = np.zeros((len(lists), max(n, 1), width), dtype=np.int64)
+    for i, x in enumerate(lists):
+        if x:
+            out[i, : len(x)] = x
+    return out, np.array([len(x) for x in lists], dtype=np.int64)
+
+
+def expand_pairs(
+    model, batch: int, shapes: tuple[np.ndarray, ...], mb: np.ndarray, pins: Pins, limits: SearchLimits,
+    flash_attention: bool = True,
+) -> dict[str, np.ndarray]:
+    """Every knob combination of (shape, micro_batch) rows, as a table, vectorised.
+
+    Row order: input row, then schedule, (ZeRO, shard), recompute, SP, mesh order (the last varies fastest).
+    Options depending on a row's values are listed once per distinct value and gathered with numpy.
+    """
+    tp, cp, pp, dp, ep = (np.asarray(a, dtype=np.int64) for a in shapes)
+    mb = np.asarray(mb, dtype=np.int64)
+    m = batch // (dp * mb)
     pin_sp = pins.get("sequence_parallel")
     pin_order = pins.get("mesh_axes")
-    if pin_order is None:
-        orders = list(range(NUM_SEARCHED_ORDERS))
-    else:
-        orders = [MESH_ORDERS.index(tuple(pin_order))]
+    orders = list(range(NUM_SEARCHED_ORDERS)) if pin_order is None else [MESH_ORDERS.index(tuple(pin_order))]
     rcs = [i for i, r in enumerate(RECOMPUTE) if pins.allow("recompute", r)]
     if flash_attention and "recompute" not in pins.values and limits.prune_dominated:
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
         # memory and only adds the attention core's forward again: dominated by "none".
         rcs = [i for i in rcs if RECOMPUTE[i] != "selective"]
-    for tp, cp, pp, dp, ep in zip(*shapes):
-        tp, cp, pp, dp, ep = int(tp), int(cp), int(pp), int(dp), int(ep)
-        per_replica = batch // dp
-        mbs = [b for b in divisors(per_replica) if b <= limits.max_micro_batch and pins.allow("micro_batch", b)]
-        # (schedule code, v) options depend on m
-        sps = [False] if tp == 1 else ([pin_sp] if pin_sp is not None else [True] if limits.prune_dominated else [True, False])
-        zs = []
-        for z in range(4):
-            if not pins.allow("zero", z):
-                continue
-            if z == 0:
-                shards = [1]
-            elif z == 3:
-                shards = divisors(dp)
-            else:
-                shards = [dp]
-            if "dp_shard" in pins.values:
-                shards = [s for s in ([int(pins.get("dp_shard"))] if z > 0 or int(pins.get("dp_shard")) == 1 else []) if dp % s == 0]
-            zs.extend((z, s) for s in shards)
-        my_orders = orders if (pp > 1 and dp > 1) else orders[:1] if pin_order is None else orders
-        shard_of_zs = np.array([sh for _, sh in zs])
-        zs_idx = _product([np.arange(len(zs)), np.array(rcs), np.array([int(x) for x in sps]), np.array(my_orders)])
-        if zs_idx.shape[1] == 0:
-            continue
-        for b in mbs:
-            m = per_replica // b
-            if not pins.allow("num_microbatches", m):
-                continue
-            scheds: list[tuple[int, int]] = []
-            if pp == 1:
-                if pin_sched is None or pin_sched in ("1f1b", "gpipe"):
-                    scheds = [(SCHEDULES.index(pin_sched or "1f1b"), 1)]
-            else:
-                if m >= pp:
-                    scheds += [(1, 1), (3, 1)]
-                    if pin_sched == "gpipe" or not limits.prune_dominated:
-                        scheds.append((0, 1))
-                    if m % pp == 0:
-                        scheds += [(2, v) for v in range(2, limits.max_virtual_stages + 1) if pp * v <= L]
-                else:
-                    scheds.append((0, 1))
-                scheds = [(s, v) for s, v in scheds if (pin_sched is None or SCHEDULES[s] == pin_sched) and pins.allow("virtual_stages", v)]
-            if not scheds:
-                continue
-            sv = np.array(scheds)
-            n_inner = zs_idx.shape[1]
-            k = len(sv) * n_inner
-            zi = np.tile(zs_idx[0], len(sv))
-            blocks = {
-                "dp": np.full(k, dp, dtype=np.int64), "tp": np.full(k, tp, dtype=np.int64), "pp": np.full(k, pp, dtype=np.int64), "cp": np.full(k, cp, dtype=np.int64), "ep": np.full(k, ep, dtype=np.int64), "mb": np.full(k, b, dtype=np.int64), "m": np.full(k, m, dtype=np.int64),
-                "sched": np.repeat(sv[:, 0], n_inner), "v": np.repeat(sv[:, 1], n_inner),
-                "zero": np.array([z for z, _ in zs], dtype=np.int64)[zi], "dp_shard": shard_of_zs[zi],
-                "rc": np.tile(zs_idx[1], len(sv)), "sp": np.tile(zs_idx[2], len(sv)), "order": np.tile(zs_idx[3], len(sv)),
-            }
-            for key, arr in blocks.items():
-                cols[key].append(arr)
-    return {k: (np.concatenate(v).astype(np.int64) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
-
-
-def _product(arrays: list[np.ndarray]) -> np.ndarray:
-    """Cartesian product of 1-D arrays as a (len(arrays), N) integer array."""
-    if any(len(a) == 0 for a in arrays):
-        return np.zeros((len(arrays), 0), dtype=np.int64)
-    return np.array(np.meshgrid(*arrays, indexing="ij")).reshape(len(arrays), -1).astype(np.int64)
+    # Schedules per distinct (pp, m); ZeRO options per distinct dp.
+    sched_keys, sched_inv = np.unique(np.stack([pp, m]), axis=1, return_inverse=True)
+    sched_opts, n_sched = _padded([_schedules(int(p), int(q), model.num_layers, pins, limits) for p, q in sched_keys.T], 2)
+    dp_keys, dp_inv = np.unique(dp, return_inverse=True)
+    zero_opts, n_zero = _padded([_zero_options(int(d), pins) for d in dp_keys], 2)
+    sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
+    # SP: off for tp == 1; else the pin, or on (off is dominated), or both when dominated options are kept.
+    sp_multi = [1] if pin_sp is None and limits.prune_dominated else [1, 0] if pin_sp is None else [int(pin_sp)]
+    n_sp = np.where(tp == 1, 1, len(sp_multi))
+    # Mesh orders only matter with both PP and DP (otherwise they give the same groups): one unless pinned.
+    n_order = np.where((pp > 1) & (dp > 1), len(orders), 1 if pin_order is None else len(orders))
+    radix = [n_sched[sched_inv], n_zero[dp_inv], np.full(len(tp), len(rcs)), n_sp, n_order]
+    count = np.prod(radix, axis=0) if len(tp) else np.zeros(0, dtype=np.int64)
+    row = np.repeat(np.arange(len(tp)), count)
+    j = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    digits = []
+    for r in reversed(radix):  # mixed-radix digits of j, last option fastest
+        digits.append(j % r[row])
+        j = j // r[row]
+    d_order, d_sp, d_rc, d_zero, d_sched = digits
+    sched = sched_opts[sched_inv[row], d_sched]
+    zero = zero_opts[dp_inv[row], d_zero]
+    sp = np.where(tp[row] == 1, 0, np.array(sp_multi, dtype=np.int64)[d_sp])
+    table = {
+        "dp": dp[row], "tp": tp[row], "pp": pp[row], "cp": cp[row], "ep": ep[row], "mb": mb[row], "m": m[row],
+        "sched": sched[:, 0], "v": sched[:, 1], "zero": zero[:, 0], "dp_shard": zero[:, 1],
+        "rc": np.array(rcs, dtype=np.int64)[d_rc] if rcs else np.zeros(0, dtype=np.int64), "sp": sp,
+        "order": np.array(orders, dtype=np.int64)[d_order],
+    }
+    return {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}

@@ -21,9 +21,10 @@ import networkx as nx
 import numpy as np
 
 from hardware_profiles import Cluster, GPUProfile
-from planner.topology import flows
+from planner.topology import flows, symmetry
 from planner.topology.estimate import KINDS, CollectiveEstimate, latency_steps
 from planner.topology.layout import Layout, build_layout
+from planner.topology.optimistic import OptimisticBounds
 
 
 class Topology:
@@ -33,6 +34,12 @@ class Topology:
         self.cluster = cluster
         self.layout: Layout = build_layout(cluster)
         self._axis_cache: dict[tuple, CollectiveEstimate] = {}
+        self._route_cache: dict[tuple, tuple[tuple[float, str, int], float]] = {}
+        net = cluster.network
+        domain = cluster.nvlink_domain.hosts if cluster.nvlink_domain else 1
+        # Translation period of the layout (None: not periodic); axis queries route one class of groups.
+        self.period: int | None = symmetry.period(self.layout, domain, [lv.size for lv in net.levels] if net else [])
+        self._optimistic = OptimisticBounds(self.layout)
 
     @property
     def num_gpus(self) -> int:
@@ -156,11 +163,33 @@ class Topology:
         if G.shape[1] <= 1:
             est = CollectiveEstimate.trivial(kind, G.shape[0])
         else:
-            # rows of a mesh over ascending ranks are already ascending
-            loads, lat = self._route(kind, [G], rows_sorted=ranks is None)
-            est = self._estimate(kind, G.shape[1], loads.min_ratio(), float(lat[0].max()), G.shape[0])
+            rows = None
+            if ranks is None:
+                shape, a = key[1], key[2] % len(key[1])
+                rows = symmetry.representative_rows(self.period, math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:]))
+            route_key = (kind, G.shape[1], int(G[0, 1] - G[0, 0]), rows) if rows is not None else None
+            routed = self._route_cache.get(route_key) if route_key else None
+            if routed is None:
+                # rows of a mesh over ascending ranks are already ascending
+                part = G if rows is None else G[:rows]
+                loads, lat = self._route(kind, [part], rows_sorted=ranks is None)
+                routed = (loads.min_ratio(), float(lat[0].max()))
+                if route_key:
+                    self._route_cache[route_key] = routed
+            est = self._estimate(kind, G.shape[1], routed[0], routed[1], G.shape[0])
         self._axis_cache[key] = est
         return est
+
+    def clear_cache(self) -> None:
+        """Forget every answered axis query (benchmarks time uncached queries with it)."""
+        self._axis_cache.clear()
+        self._route_cache.clear()
+
+    def axis_collective_bound(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> CollectiveEstimate:
+        """An estimate never slower than `axis_collective` (planner.topology.optimistic), from capacities only."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown collective kind {kind!r}; allowed: {', '.join(KINDS)}")
+        return self._optimistic.estimate(kind, tuple(int(s) for s in mesh_shape), int(axis))
 
 
 def build_topology(cluster: Cluster) -> Topology:

@@ -36,25 +36,35 @@ def _skew(idx: np.ndarray) -> np.ndarray:
 
 
 class Loads:
-    """Load (in units of the bus bandwidth) on every edge of every class, stored at skewed indices."""
+    """Load (in units of the bus bandwidth) on the edges of every class, stored at skewed indices.
+
+    Arrays cover only the index range touched so far (they grow on demand): a query on a few hundred GPUs
+    of a 65,536-GPU cluster costs what its own edges cost, not the whole cluster's.
+    """
 
     def __init__(self, lay: Layout) -> None:
         self.lay = lay
-        self.arr = {k: np.zeros(len(v) + (len(v) >> 10) + 1) for k, v in lay.cap.items()}
+        self.arr = {k: np.zeros(0) for k in lay.cap}
 
     def add(self, cls: str, idx: np.ndarray, w: np.ndarray | float) -> None:
         if len(idx) == 0:
             return
-        n = len(self.arr[cls])
+        sidx = _skew(idx)
+        arr = self.arr[cls]
+        top = int(sidx.max()) + 1
+        if top > len(arr):
+            arr = self.arr[cls] = np.concatenate([arr, np.zeros(top - len(arr))])
         if np.isscalar(w):
-            self.arr[cls] += np.bincount(_skew(idx), minlength=n) * w
+            arr += np.bincount(sidx, minlength=len(arr)) * w
         else:
-            self.arr[cls] += np.bincount(_skew(idx), weights=w, minlength=n)
+            arr += np.bincount(sidx, weights=w, minlength=len(arr))
 
     def load(self, cls: str) -> np.ndarray:
         """Loads of class `cls` at plain edge indices."""
         n = len(self.lay.cap[cls])
-        return self.arr[cls][_skew(np.arange(n))]
+        arr = self.arr[cls]
+        full = np.concatenate([arr, np.zeros(max(0, _skew(np.int64(n)) + 1 - len(arr)))])
+        return full[_skew(np.arange(n))]
 
     def min_ratio(self, used: Loads | None = None) -> tuple[float, str, int]:
         """(min capacity/load over loaded edges [of `used`], edge class, index); classes in path order."""

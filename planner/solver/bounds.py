@@ -1,0 +1,144 @@
+"""Lower bounds on the step time and memory of a shape, and of a shape at one micro-batch size, over every
+other knob: what lets the branch and bound in `exact.py` skip most of the space and stay exact.
+
+Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs and parameter counts:
+  time   the busiest GPU does at least 1/W of the step's model FLOPs (no recompute) at the fastest rate any
+         kernel reaches (the GEMM plateau or the fused attention kernel's efficiency, whichever is higher);
+  memory its model states with everything sharded (ZeRO-3 over all of DP) plus the reserve.
+
+Micro-batch bound (shape, micro_batch), the pipeline's own makespan: with m micro-batches and per-micro-batch
+rank times t_r, every schedule of `cost.evaluate` takes at least m * max_r t_r (GPipe and 1F1B add
+sum_r t_r - max_r t_r, interleaved (sum - max) / v, ZB-H1 sum_r f_r - max_r f_r, all >= 0), and with
+m < pp only GPipe is valid, which takes sum_r t_r + (m - 1) max_r t_r. A rank's time is at least its
+layers' forward + backward compute (no recomputation, the faster of SP on or off) plus the TP all-reduces
+that nothing hides (two forward volumes per layer and micro-batch, comm.tp_layer_fwd_s), plus the embedding
+on rank 0 and the head on the last. max_r t_r is at least the exact min-max split of those lower per-layer
+times (`partition.balanced_split`; the min-max makespan only grows with the layer and end times). Left out
+(each >= 0): CP and EP exposure, recomputation, PP transfers, DP/FSDP exposure, the optimizer step.
+
+Row bound (`optimistic_bw`): the table evaluated with DP and PP collectives at a capacity-only cost that is
+never slower than the topology's (`Topology.axis_collective_bound`), everything else exact.
+
+tests/unit/test_search_bounds.py checks every bound against every layout it covers (brute force), and
+tests/unit/test_search_oracle.py that the search with them returns the brute-force optimum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost import comm, compute
+from planner.cost.comm import AxisBandwidth
+from planner.cost.context import CostContext
+from planner.cost.evaluate import MESH_ORDERS
+from planner.cost.memory import reserve_bytes
+from planner.cost.partition import balanced_split
+from planner.solver.space import Pins
+
+SAFETY = 1.0 - 1e-9  # bounds are scaled down by this so float rounding never prunes the optimum
+
+
+def _fastest_flops(ctx: CostContext) -> float:
+    """FLOP/s no kernel of the cost model exceeds: peak x the higher of the GEMM plateau and attention's."""
+    attention = float(getattr(ctx, "attention_efficiency", 0.0) or 0.0)
+    return ctx.peak_flops * max(ctx.max_fraction, attention)
+
+
+def shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.ndarray]:
+    """(step-time, memory) lower bounds of every shape over all its knobs (see the module docstring)."""
+    W = (tp * cp * pp * dp).astype(float)
+    flops_per_token, _ = ctx.model.training_flops_per_token(ctx.workload.seq_len, "none", causal=ctx.flash_attention)
+    step_flops = float(flops_per_token) * ctx.workload.tokens_per_step
+    time_lb = SAFETY * step_flops / (W * _fastest_flops(ctx))
+    dense = sum(lt.dense_params * lt.count for lt in ctx.layer_types) + ctx.embedding_params + ctx.head_params
+    expert = sum(lt.expert_params * lt.count for lt in ctx.layer_types)
+    per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
+    mem_lb = (dense / (tp * pp * dp) + expert / (tp * pp * ep * dp)) * per_param + reserve_bytes(ctx)
+    return time_lb, mem_lb
+
+
+def _tp_allreduce_coeffs(bw: AxisBandwidth, tp: np.ndarray, world: np.ndarray, pins: Pins):
+    """TP all-reduce (a, b) columns as `cost.evaluate` reads them: the innermost axis (stride 1) in every
+    searched order. A pinned order with tp elsewhere gets (0, 0), which keeps the bound valid."""
+    zero = np.zeros(len(tp))
+    order = pins.get("mesh_axes")
+    if order is not None and tuple(order)[-1] != "tp":
+        return zero, zero
+    total = bw.num_gpus
+    w = np.where(total % tp == 0, total, world)  # as evaluate._coeff_columns: whole cluster when it tiles
+    a, b = zero.copy(), zero.copy()
+    for t, wv in {(int(x), int(y)) for x, y in zip(tp, w) if x > 1}:
+        ca, cb, _ = bw.coeffs("all_reduce", (wv // t, t, 1), 1)
+        sel = (tp == t) & (w == wv)
+        a[sel], b[sel] = ca, cb
+    return a, b
+
+
+def micro_batch_bounds(
+    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb
+) -> np.ndarray:
+    """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring)."""
+    s = ctx.workload.seq_len
+    tokens = (mb * s / cp).astype(float)
+    m = (ctx.workload.batch // (dp * mb)).astype(float)
+    counts = ctx.layer_type_counts().astype(float)
+    u = np.zeros(len(tp))
+    for wk, lt in zip(counts / counts.sum(), ctx.layer_types):
+        both = [compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, np.full(len(tp), sp)) for sp in (True, False)]
+        u += wk * np.minimum(*(t.fwd_s + t.bwd_s for t in both))
+    world = tp * cp * pp * dp
+    u += 2 * np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
+    e0 = compute.embedding_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
+    el = compute.head_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
+    L = ctx.model.num_layers
+    split = balanced_split(L, pp, u, e0, el)
+    single = pp == 1
+    t_sum = L * u + e0 + el
+    t_max = np.maximum.reduce([split.n_first * u + e0, np.where(pp > 2, split.n_mid * u, 0.0), split.n_last * u + el])
+    t_max = np.where(single, t_sum, t_max)
+    pipe = np.where(single | (m >= pp), m * t_max, t_sum + (m - 1) * t_max)
+    return SAFETY * pipe
+
+
+class _OptimisticTopology:
+    """The topology as the first evaluation pass sees it: exact answers for the groups whose cost enters a
+    layer's time (TP, CP, and EP's all-to-all), so the pipeline part is exact; capacity-only estimates that
+    are never slower (`Topology.axis_collective_bound`) for the DP and PP groups; measured collectives
+    (cost.measured_comm) apply in both passes alike. The step time is monotone in the DP and PP
+    coefficients (every DP/PP term of cost.evaluate is), so the pass gives a lower bound."""
+
+    def __init__(self, topology, exact: set[tuple[int, int]]) -> None:
+        self.topology, self.exact, self.num_gpus = topology, exact, topology.num_gpus
+
+    def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
+        return getattr(self.topology, name)
+
+    def axis_collective(self, kind: str, mesh_shape: tuple[int, ...], axis: int):
+        n, stride = int(mesh_shape[axis]), int(np.prod(mesh_shape[axis + 1:]))
+        if kind == "all_to_all" or (n, stride) in self.exact:
+            return self.topology.axis_collective(kind, mesh_shape, axis)
+        return self.topology.axis_collective_bound(kind, mesh_shape, axis)
+
+
+def _strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
+    """Stride of `axis` in every row's rank order: the product of the sizes of the axes inside it."""
+    sizes = {"pp": table["pp"], "dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"],
+             "cp": table["cp"], "tp": table["tp"]}
+    stride = np.ones(len(table["tp"]), dtype=np.int64)
+    for code in np.unique(table["order"]).tolist():
+        order = MESH_ORDERS[code]
+        sel = table["order"] == code
+        for inner in order[order.index(axis) + 1:]:
+            stride[sel] *= sizes[inner][sel]
+    return stride
+
+
+def optimistic_bw(topology, table: dict[str, np.ndarray], cache: dict) -> AxisBandwidth:
+    """Coefficients for the optimistic first pass over `table` (see `_OptimisticTopology`); `cache` keeps one
+    AxisBandwidth per set of exact groups across calls."""
+    exact = set(zip(table["tp"].tolist(), _strides(table, "tp").tolist()))
+    exact |= set(zip(table["cp"].tolist(), _strides(table, "cp").tolist()))
+    key = frozenset(exact)
+    if key not in cache:
+        cache[key] = AxisBandwidth(_OptimisticTopology(topology, exact))
+    return cache[key]

@@ -1,0 +1,123 @@
+"""Translation symmetry of a cluster layout: answer an axis query from one representative slice of its groups.
+
+A homogeneous cluster repeats itself: shifting every rank by P GPUs (P = one leaf unit of a fat tree, say)
+maps hosts, NVLink domains, PCIe switches, NICs and switch groups onto copies with the same capacities and
+latencies. `period(layout)` finds the smallest such P (among the structure's natural sizes: NVLink domain,
+leaf unit, pod) for which also every shared edge (PCIe switch, NIC, switch-group uplink) serves GPUs of one
+aligned P-window only, and checks both facts on the arrays themselves (None when the cluster is not periodic,
+e.g. mixed node types).
+
+For the groups of a row-major mesh axis (outer, n, stride), ranks o*B + s + j*stride (B = n*stride), the
+groups then fall into classes that use disjoint edges and are shifted copies of each other:
+  - stride % P == 0: class (o, s // P), and class 0 is rows s < P of block 0 (n*P GPUs);
+  - else, with C = lcm(B, P) dividing the world: super-blocks of C ranks, class 0 the first C / B blocks.
+The loads of class 0's edges are then exactly those of the full query, every other edge carries a shifted
+copy of them, so the bottleneck (capacity / load), the latencies and even the first bottleneck edge (class 0
+holds the lowest edge indices) are the same: `representative_rows` returns how many leading rows of the
+query's group block to route, or None for "all of them".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from planner.topology.layout import Layout
+
+
+def _owners(lay: Layout) -> dict[str, list[np.ndarray]]:
+    """Per edge class, arrays mapping each GPU to the edges of that class its traffic can use (-1: none)."""
+    nic = lay.nic
+    has_nic = nic >= 0
+    safe = np.where(has_nic, nic, 0)
+
+    def via_nic(arr: np.ndarray) -> np.ndarray:
+        return np.where(has_nic, arr[safe], -1) if len(arr) else np.full(len(nic), -1)
+
+    out = {
+        "su": [np.arange(lay.num_gpus)], "pcie": [np.arange(lay.num_gpus)],
+        "sw": [lay.sw, via_nic(lay.nic_sw)], "nicpcie": [nic], "nic": [nic],
+    }
+    for k in range(lay.num_levels - 1):
+        out[f"lvl{k}"] = [via_nic(lay.anc[k])]
+    return out
+
+
+def _shift_constant(f: np.ndarray, P: int) -> bool:
+    """f[g + P] - f[g] is one positive constant wherever f is defined, and f is defined at g + P exactly
+    where it is at g (positive: shifted copies of an edge have higher indices)."""
+    a, b = f[:-P], f[P:]
+    if not np.array_equal(a < 0, b < 0):
+        return False
+    d = (b - a)[a >= 0]
+    return len(d) == 0 or bool(d[0] > 0 and (d == d[0]).all())
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> bool:
+    return bool(np.array_equal(x, y, equal_nan=True)) if x.dtype.kind == "f" else bool(np.array_equal(x, y))
+
+
+def _is_period(lay: Layout, owners: dict[str, list[np.ndarray]], P: int) -> bool:
+    N = lay.num_gpus
+    if P >= N:
+        return False
+    window = np.arange(N) // P
+    for arr in (lay.host, lay.unit, lay.dom, lay.sw, lay.nic):
+        if not _shift_constant(arr, P):
+            return False
+    if not np.array_equal(lay.local[:-P], lay.local[P:]):
+        return False
+    for cls, maps in owners.items():
+        for f in maps:
+            if not _shift_constant(f, P):
+                return False
+            ok = f >= 0
+            if not ok.any():
+                continue
+            # Every edge serves one aligned P-window only.
+            lo = np.full(int(f.max()) + 1, np.iinfo(np.int64).max)
+            hi = np.full(int(f.max()) + 1, -1)
+            np.minimum.at(lo, f[ok], window[ok])
+            np.maximum.at(hi, f[ok], window[ok])
+            if not np.array_equal(lo[f[ok]], hi[f[ok]]):
+                return False
+            # Shifted edges have the same capacity and latency.
+            both = ok[:-P]
+            for d in ("up", "down"):
+                for table in (lay.cap, lay.lat):
+                    vals = table[f"{cls}_{d}"]
+                    if not _same(vals[f[:-P][both]], vals[f[P:][both]]):
+                        return False
+    return True
+
+
+def period(lay: Layout, domain_hosts: int, level_sizes: list[int]) -> int | None:
+    """Smallest verified translation period in GPUs (see the module docstring), or None."""
+    gpn = lay.gpus_per_node
+    candidates = set()
+    prefix = 1
+    for size in [1, *level_sizes[:-1]]:
+        prefix *= size
+        candidates.add(math.lcm(max(domain_hosts, 1), prefix) * gpn)
+    owners = _owners(lay)
+    for P in sorted(candidates):
+        if _is_period(lay, owners, P):
+            return P
+    return None
+
+
+def representative_rows(P: int | None, outer: int, n: int, stride: int) -> int | None:
+    """Leading rows of the (outer * stride, n) group block whose routing answers the whole axis query."""
+    if P is None:
+        return None
+    B = n * stride
+    W = outer * B
+    if stride % P == 0:
+        rows = P
+    else:
+        C = math.lcm(B, P)
+        if W % C:
+            return None
+        rows = C // B * stride
+    return rows if rows < outer * stride else None
