@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.cost import overhead
 from planner.cost.context import CostContext
+from planner.cost.measured_comm import MeasuredComm
 
 _PROBE_BYTES = 1e9
 
@@ -35,6 +37,7 @@ class AxisBandwidth:
         self.topology = topology
         self.num_gpus = int(topology.num_gpus)
         self._cache: dict[tuple, tuple[float, float, str]] = {}
+        self._measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
 
     def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
         """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
@@ -48,7 +51,10 @@ class AxisBandwidth:
         hit = self._cache.get(key)
         if hit is None:
             n = mesh_shape[axis]
-            if kind in ("all_gather", "reduce_scatter"):
+            measured = self._measured.coeffs(kind, mesh_shape, axis)
+            if measured is not None:
+                hit = (measured[0], measured[1], "measured")
+            elif kind in ("all_gather", "reduce_scatter"):
                 a_ar, b_ar, where = self.coeffs("all_reduce", mesh_shape, axis)
                 hit = (a_ar / 2.0, b_ar / 2.0, where)  # (n-1)/n vs 2(n-1)/n bytes, (n-1) vs 2(n-1) steps
             else:
@@ -64,6 +70,12 @@ class AxisBandwidth:
 def affine(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:
     a, b = coeffs
     return np.where(nbytes > 0, a + b * nbytes, 0.0)
+
+
+def affine_calls(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """`nbytes` moved in `calls` collectives: the latency `calls` times, the bytes once."""
+    a, b = coeffs
+    return np.where(nbytes > 0, a * calls + b * nbytes, 0.0)
 
 
 def tp_layer_fwd_s(ctx: CostContext, ar, tokens: np.ndarray) -> np.ndarray:
@@ -89,7 +101,7 @@ def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) ->
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
     """One stage-boundary transfer of one micro-batch's activations (scatter/gather: 1/tp of them)."""
     msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(sp | (tp > 1), tp, 1)
-    return affine(p2p, msg)
+    return affine(p2p, msg) + overhead.pp_transfer_s(ctx)
 
 
 def dp_time_s(
@@ -123,11 +135,19 @@ def dp_time_s(
     grad_b = params * ctx.grad_bytes
     w_b = params * ctx.weight_bytes
     shard = dp_shard.astype(float)
-    rs = affine(shard_rs, grad_b)
-    ag = affine(shard_ag, w_b)
-    ar_rep = affine(replicate_ar, grad_b / np.where(zero >= 1, shard, 1.0))
+    # One collective per FSDP/DDP unit (each decoder layer, and the chunk root with embeddings/head), so the
+    # per-call latency is paid that many times (PyTorch FSDP2 per-module units; Zhao et al. 2023 Sec. 3.2).
+    units = np.maximum(layers.astype(float), 0.0) + 1.0
+    rs = affine_calls(shard_rs, grad_b, units)
+    ag = affine_calls(shard_ag, w_b, units)
+    ar_rep = affine_calls(replicate_ar, grad_b / np.where(zero >= 1, shard, 1.0), units)
     mf = m.astype(float)
     bucket = 1.0 / np.maximum(layers.astype(float), 1.0)
+    if ctx.gpu_kind_is_cpu:
+        # CPU processes: the cores that compute also run gloo's copies and reductions, and FSDP has no side
+        # stream to overlap on, so nothing hides (measured: a 4-rank ZeRO-1 step waits out every unit's
+        # reduce-scatter; see planner/cost/host_share.py for how CPU work shares cores).
+        window_fwd_s, window_bwd_s = np.zeros_like(window_fwd_s), np.zeros_like(window_bwd_s)
 
     def hidden(comm, window):
         return np.maximum(comm - window, comm * bucket)
@@ -147,4 +167,8 @@ def optimizer_step_s(ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_
     """
     per_param = 24 + ctx.grad_bytes + ctx.weight_bytes
     local = params / np.where(zero >= 1, dp_shard.astype(float), 1.0)
-    return local * per_param / ctx.memory_bandwidth_Bps
+    traffic = local * per_param / ctx.memory_bandwidth_Bps
+    # An unfused optimizer (eager PyTorch AdamW on CPU) makes many passes: its measured time per parameter,
+    # where calibrated (planner.cost.overhead), bounds the step from below.
+    measured = overhead.optimizer_s(ctx, local)
+    return traffic if measured is None else np.maximum(traffic, measured)

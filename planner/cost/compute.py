@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
 
@@ -111,6 +112,9 @@ def layer_time_s(
     elementwise = elems * ctx.act_bytes / ctx.memory_bandwidth_Bps
     fwd = gemm + attn_f + elementwise
     bwd = BACKWARD_TO_FORWARD * (gemm + elementwise) + attn_b
+    # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).
+    o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
+    fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
     return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import comm, compute, memory
+from planner.cost import comm, compute, host_share, memory, overhead
 from planner.cost.context import CostContext
 from planner.cost.partition import StageSplit, balanced_split
 
@@ -173,6 +173,9 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         u_ep += wk * ep_f * (2 + full)
         dense_params += wk * lt.dense_params
         expert_params += wk * lt.expert_params
+    # FSDP/DDP hooks around every layer when gradients are reduced across ranks (measured; 0 uncalibrated).
+    dp_f, dp_b = overhead.dp_unit_overhead_s(ctx, table)
+    u_comp, u_fwd = u_comp + dp_f + dp_b, u_fwd + dp_f
     emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
     head_f = compute.head_forward_time_s(ctx, tokens, tp)
     return LayerCosts(
@@ -257,6 +260,10 @@ def evaluate_table(
     params_max = np.where(single, params0, np.maximum(np.maximum(params0, np.where(pp > 2, paramsm, 0)), paramsl))
     opt = comm.optimizer_step_s(ctx, params_max, zero, shard)
     step = pipe + p2p + dp_t + opt
+    # CPU processes sharing a host's cores: at least the host's CPU work over its cores (host_share.py).
+    step, shared = host_share.apply(ctx, table, step, mf, u_comp, e_first, e_last,
+                                    L * layer_local + emb_local + head_local,
+                                    mf * n_bn * (u_tp + u_cp + u_ep) + p2p + dp_t)
 
     # Memory of the representative ranks.
     def rank_mem(rank, n_layers, params, extra):
@@ -276,7 +283,7 @@ def evaluate_table(
 
     return TableResult(
         step_time_s=step,
-        compute_s=mf * (n_bn * u_comp + e_bn),
+        compute_s=mf * (n_bn * u_comp + e_bn) + shared,
         tp_comm_s=mf * n_bn * u_tp,
         cp_comm_s=mf * n_bn * u_cp,
         ep_comm_s=mf * n_bn * u_ep,
@@ -331,6 +338,8 @@ def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f
     dp_t = dp_all.max(axis=1)
     opt = comm.optimizer_step_s(ctx, params.max(axis=1), zero, shard)
     step = pipe + p2p + dp_t + opt
+    step, shared = host_share.apply(ctx, table, step, mf, u_comp, e_first, e_last, params.sum(axis=1),
+                                    mf * n_bn * (u_tp + u_cp + u_ep) + p2p + dp_t)
     ranks = np.arange(p).reshape(1, -1)
     infl = memory.inflight_microbatches(col(sched), ranks, col(pp), col(v), col(m))
     wgt, grd, opt_b = memory.model_state_bytes(ctx, params, col(zero), col(shard))
@@ -342,7 +351,7 @@ def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f
     peak = total.max(axis=1)
     return TableResult(
         step_time_s=step,
-        compute_s=mf * (n_bn * u_comp + e_bn),
+        compute_s=mf * (n_bn * u_comp + e_bn) + shared,
         tp_comm_s=mf * n_bn * u_tp,
         cp_comm_s=mf * n_bn * u_cp,
         ep_comm_s=mf * n_bn * u_ep,

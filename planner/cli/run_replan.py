@@ -1,0 +1,138 @@
+"""`meshplan run --calibrate` and `--replan-if-off PCT`: close the loop between the cost model and a real run.
+
+    meshplan run --calibrate                     # calibrate (quick), plan the tiny model on the result, run it
+    meshplan run plan.json --calibrate           # the plan's layout re-costed on the calibrated profile, run
+    meshplan run --replan-if-off 25 --steps 30   # probe, and if off by > 25 %: calibrate, re-plan, continue
+
+--calibrate: `meshplan calibrate --quick` into RUN_DIR/calibrated.yaml first (as many processes as the run
+has ranks), then without a plan the planner searches the tiny model on that profile; with one, the plan's
+own layout is costed again on it (planner.evaluate), so the run compares against calibrated predictions.
+
+--replan-if-off PCT runs the plan for PROBE_STEPS steps (the first is warm-up), with a checkpoint at the
+end. When the median step time is off the prediction by more than PCT %, it calibrates (quick), re-plans the
+same model and workload on the calibrated profile for the same number of ranks, prints the old and new
+layout and predicted step time, and continues with the new plan FROM THAT CHECKPOINT (DCP reshards the
+state onto the new mesh) up to --steps; otherwise it continues the same plan from the checkpoint. Each
+phase is an ordinary `meshplan run` (a subprocess), so everything it writes (metrics.jsonl with measured
+and predicted per step, the final table) is the same; the second phase's table is the run's result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from planner.cli.app import err
+from planner.errors import UserError
+from planner.io import write_text_atomic
+
+PROBE_STEPS = 6
+"""Steps of the probe phase: one warm-up step plus five measured ones for the median."""
+
+
+def calibrate_here(run_dir: Path, nproc: int) -> Path:
+    """Quick calibration into RUN_DIR/calibrated.yaml (overwritten: it belongs to this run)."""
+    from planner.cli.calibrate import run_calibration
+
+    path = run_dir / "calibrated.yaml"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    err.print(f"calibrating this machine ({nproc} processes, quick) into {path}", markup=False)
+    run_calibration(path, quick=True, nproc=max(nproc, 2), force=True)
+    return path
+
+
+def replanned(plan, cluster_path: Path):
+    """The best plan for `plan`'s model and workload on the calibrated profile, for the same ranks."""
+    import hardware_profiles as hp
+    from planner import search
+
+    cluster = hp.cluster(str(cluster_path), gpus=plan.world_size)
+    return search(plan.inputs.model, cluster, plan.inputs.workload, top=1)[0]
+
+
+def recosted(plan, cluster_path: Path):
+    """`plan`'s own layout costed on the calibrated profile."""
+    import hardware_profiles as hp
+    from planner import evaluate
+
+    cluster = hp.cluster(str(cluster_path), gpus=plan.world_size)
+    return evaluate(plan.inputs.model, cluster, plan.inputs.workload, plan.layout, allow_oom=True)
+
+
+def calibrated_plan_file(plan_file: Path | None, run_dir: Path, nproc: int, default_plan) -> Path:
+    """--calibrate: calibrate, then write RUN_DIR/plan.json planned (or re-costed) on the result."""
+    from planner.plan import Plan
+
+    cluster = calibrate_here(run_dir, nproc)
+    if plan_file is None:
+        base = default_plan(nproc)
+        plan = replanned(base, cluster)
+        err.print(f"planned {plan.layout.describe()} for {plan.inputs.model.name} on the calibrated profile "
+                  f"(predicted {plan.prediction.step_time_s * 1e3:.1f} ms/step)", markup=False)
+    else:
+        plan = recosted(Plan.load(plan_file), cluster)
+        err.print(f"re-costed {plan.layout.describe()} on the calibrated profile: predicted "
+                  f"{plan.prediction.step_time_s * 1e3:.1f} ms/step", markup=False)
+    path = run_dir / "plan.json"
+    write_text_atomic(path, plan.to_json(), force=True)  # the run folder's own copy
+    return path
+
+
+def _phase(args: list[str]) -> subprocess.CompletedProcess:
+    """One `meshplan run` as a subprocess; its stderr (progress) streams through, its stdout is returned."""
+    cmd = [sys.executable, "-m", "planner.cli.main", "run", *args]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=dict(os.environ))
+
+
+def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: Path, nproc: int | None,
+                    calibrate: bool, passthrough: list[str], final_args: list[str], default_plan) -> int:
+    """The probe phase, the decision, the continuation (see the module docstring); returns an exit code."""
+    from planner.plan import Plan
+
+    if steps <= PROBE_STEPS:
+        raise UserError(f"--steps {steps} leaves nothing after the {PROBE_STEPS}-step probe",
+                        where="--replan-if-off", fix=f"use --steps > {PROBE_STEPS}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if calibrate:
+        plan_path = calibrated_plan_file(plan_file, run_dir / "calibration", nproc or 4, default_plan)
+    elif plan_file is None:
+        plan_path = run_dir / "plan.json"
+        write_text_atomic(plan_path, default_plan(nproc or 4).to_json(), force=True)
+    else:
+        plan_path = plan_file
+    plan = Plan.load(plan_path)
+    ckpt, probe_json = run_dir / "replan-checkpoint", run_dir / "probe.json"
+    err.print(f"probe: {PROBE_STEPS} steps of {plan.layout.describe()} "
+              f"(predicted {plan.prediction.step_time_s * 1e3:.1f} ms/step)", markup=False)
+    probe = _phase([str(plan_path), "--steps", str(PROBE_STEPS), "--run-dir", str(run_dir / "probe"),
+                    "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(PROBE_STEPS),
+                    "--json", str(probe_json), "--force", *passthrough])
+    if probe.returncode != 0:
+        return probe.returncode
+    summary = json.loads(probe_json.read_text(encoding="utf-8"))
+    deviation = summary["median_step_time_s"] / summary["predicted_step_time_s"] - 1.0
+    off = abs(deviation) * 100 > pct
+    err.print(f"probe median {summary['median_step_time_s'] * 1e3:.1f} ms vs predicted "
+              f"{summary['predicted_step_time_s'] * 1e3:.1f} ms ({deviation:+.1%}): "
+              + (f"off by more than {pct:g} %, re-planning" if off else f"within {pct:g} %, keeping the plan"),
+              markup=False)
+    next_plan = plan_path
+    if off:
+        cluster = calibrate_here(run_dir / "calibration", plan.world_size)
+        new = replanned(plan, cluster)
+        next_plan = run_dir / "replanned.json"
+        write_text_atomic(next_plan, new.to_json(), force=True)
+        same = new.layout.describe() == plan.layout.describe()
+        err.print(f"re-planned on the calibrated profile: {plan.layout.describe()} "
+                  f"(was predicted {plan.prediction.step_time_s * 1e3:.1f} ms) -> {new.layout.describe()} "
+                  f"(predicted {new.prediction.step_time_s * 1e3:.1f} ms)"
+                  + ("; same layout, calibrated prediction" if same else ""), markup=False)
+    err.print(f"continuing {'the re-planned' if off else 'the same'} plan from the step-{PROBE_STEPS} checkpoint "
+              f"in {ckpt} up to step {steps}", markup=False)
+    final = _phase([str(next_plan), "--steps", str(steps), "--run-dir", str(run_dir / "continued"),
+                    "--resume", str(ckpt), *passthrough, *final_args])
+    sys.stdout.write(final.stdout)
+    return final.returncode
