@@ -3,9 +3,12 @@
 Layout on disk (`--checkpoint-dir D`):
   D/step-00000010/         one complete checkpoint: DCP shards + `.metadata`, and `meshplan.json` (written last)
   D/.tmp-step-00000020/    a save in progress; ignored by `--resume`
-A save writes into the temporary folder, every rank waits at a barrier, then rank 0 writes `meshplan.json`
-and renames the folder into place. An interrupted save leaves only a `.tmp-` folder, never replaces the last
-good checkpoint, and `latest_checkpoint` only considers folders that have `meshplan.json`.
+A save writes into the temporary folder, every rank waits at a barrier, the ranks hash the files
+(executor.checkpoint_manifest), then rank 0 writes `meshplan.json` (step, plan, layout, and the size and
+SHA-256 of every file) and renames the folder into place. An interrupted save leaves only a `.tmp-` folder,
+never replaces the last good checkpoint, and `latest_checkpoint` only considers folders that have
+`meshplan.json`. A resume first checks the folder against the marker's list: a missing, truncated or
+altered file is a one-line error naming the folder and the file (exit 2), never garbage or a hang.
 
 What is saved (keys are layout-independent FQNs, so DCP reshards on load):
   model     `get_model_state_dict` of every local chunk, merged (each FQN lives on exactly one pp rank)
@@ -13,8 +16,9 @@ What is saved (keys are layout-independent FQNs, so DCP reshards on load):
   trainer   step (the data position too: data of step k is fixed) and the RNG states (identical on every
             rank: all are seeded alike and nothing draws rank-dependent randomness)
 Optimizer hyperparameters (lr, betas, weight decay) are part of the optimizer state, so a resumed run keeps
-the checkpoint's, not the command line's. Resume builds the state dict of the *current* layout (new shard shapes) and lets DCP fill it: dp=2,tp=2 ->
-dp=4, pp=2 -> pp=1 and so on.
+the checkpoint's, not the command line's. Resume builds the state dict of the *current* layout (new shard
+shapes) and lets DCP fill it: dp=2,tp=2 -> dp=4, pp=2 -> pp=1 and so on. A tied model split over stages keeps two equal copies of the embedding
+(executor.step.sync_tied_embeddings); resuming one saved without stages fills the head copy from the table.
 
 Note: DCP's own `.metadata` file is a Python pickle (PyTorch's format, not ours); only load checkpoints
 you trust. Everything meshplan writes beside it is JSON.
@@ -26,8 +30,10 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,10 +46,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from executor import checkpoint_manifest as manifest
+from executor import faults
 from executor.parallelize import ParallelModel
+from planner.errors import UserError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
-MARKER = "meshplan.json"
+MARKER = manifest.MARKER
 _OPTS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
@@ -61,6 +70,18 @@ def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
         if m and (child / MARKER).is_file():
             found.append((int(m.group(1)), child))
     return max(found) if found else None
+
+
+def resume_source(path: Path) -> Path:
+    """The checkpoint `--resume PATH` means: PATH itself when it is one (has the marker), else the latest
+    complete checkpoint under PATH (a `--checkpoint-dir` root, written by any mesh)."""
+    if (path / MARKER).is_file():
+        return path
+    found = latest_checkpoint(path)
+    if found is None:
+        what = "no such folder" if not path.exists() else f"no complete checkpoint (step-NNNNNNNN/{MARKER}) in it"
+        raise UserError(what, where=str(path), fix="pass a --checkpoint-dir folder or one of its step-* folders")
+    return found[1]
 
 
 def _rng_state() -> dict[str, torch.Tensor]:
@@ -89,10 +110,12 @@ def save(root: Path, model: ParallelModel, optimizers: list[torch.optim.Optimize
         shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an interrupted save of the same step
         tmp.mkdir(parents=True)
     dist.barrier()
-    dcp.save(_state(model, optimizers, step), checkpoint_id=tmp)
+    # storage_writer: None (DCP's own file writer) unless MESHPLAN_FAULT kills this rank inside this save.
+    dcp.save(_state(model, optimizers, step), checkpoint_id=tmp, storage_writer=faults.storage_writer(tmp, step))
     dist.barrier()
+    files = manifest.compute(tmp)  # collective: every rank hashes a share
     if rank == 0:
-        marker = {"step": step, "saved_at_unix_s": time.time(), **info}
+        marker = {"step": step, "saved_at_unix_s": time.time(), **info, "files": files}
         with open(tmp / MARKER, "w", encoding="utf-8") as fh:
             json.dump(marker, fh, indent=1)
             fh.flush()
@@ -109,13 +132,36 @@ def save(root: Path, model: ParallelModel, optimizers: list[torch.optim.Optimize
     return final
 
 
+def _borrow_tied_head(state: dict, saved: Any) -> list[tuple[str, str, str]]:
+    """Tied model saved with one pipeline stage, resumed with several: the last stage's LM-head copy
+    (`output.weight`, its optimizer state) is absent from the checkpoint and is read from the token
+    embedding's entries, which it equals. Returns (section, borrowed key, own key) to rename back."""
+    renamed = []
+    for section in ("model", "optim"):
+        for key in list(state[section]):
+            if "output.weight" not in key or f"{section}.{key}" in saved:
+                continue
+            borrowed = key.replace("output.weight", "tok_embeddings.weight")
+            if f"{section}.{borrowed}" in saved and borrowed not in state[section]:
+                state[section][borrowed] = state[section].pop(key)
+                renamed.append((section, borrowed, key))
+    return renamed
+
+
 def load(path: Path, model: ParallelModel, optimizers: list[torch.optim.Optimizer]) -> int:
-    """Fill model, optimizer and RNG from checkpoint `path` (any mesh) and return its step (collective)."""
+    """Fill model, optimizer and RNG from checkpoint `path` (any mesh) and return its step (collective).
+
+    The folder is checked against its marker's file list first (UserError naming the damaged file)."""
+    if not manifest.verify(path, manifest.read_marker(path)) and dist.get_rank() == 0:
+        print(f"note: {path} was written without file checksums; not verified", file=sys.stderr, flush=True)
     state = _state(model, optimizers, 0)
     saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     # RNG states of a device the saving run did not have (CPU run resumed on GPU) are left as they are.
     state["trainer"] = {k: v for k, v in state["trainer"].items() if f"trainer.{k}" in saved}
+    renamed = _borrow_tied_head(state, saved)
     dcp.load(state, checkpoint_id=path)
+    for section, borrowed, key in renamed:
+        state[section][key] = state[section].pop(borrowed)
     for part, opt in zip(model.parts, optimizers, strict=True):
         set_model_state_dict(part, state["model"], options=StateDictOptions(strict=False))
         set_optimizer_state_dict(part, opt, optim_state_dict=state["optim"], options=_OPTS)

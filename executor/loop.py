@@ -1,23 +1,36 @@
-"""The training loop: resume, steps, metrics, checkpoints."""
+"""The training loop: resume, steps, metrics, checkpoints.
+
+Resume: from `--resume CKPT` when given; and automatically in workers that torchrun restarted after a
+failure (`--max-restarts N`, seen as TORCHELASTIC_RESTART_COUNT > 0): they continue from the latest complete
+checkpoint in `--checkpoint-dir` (the one `--resume` named if the job has written none since), so a crashed
+rank costs the steps since the last checkpoint, not the run. The data of step k is fixed (executor.data) and
+the checkpoint holds weights, optimizer state and RNG, so the resumed losses equal an uninterrupted run's.
+
+Each part of a step runs inside `executor.timeouts.phase`, so a collective that times out or loses its peer
+ends the rank with one line naming rank, step, phase and collective; `executor.faults` hooks in before each
+step and inside checkpoint saves (MESHPLAN_FAULT, tests only).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from executor import checkpoint
+from executor import checkpoint, faults
 from executor.metrics import MetricsLog
 from executor.options import RunOptions
 from executor.step import train_step
+from executor.timeouts import phase
 from executor.train import Run
-from planner.errors import UserError
 
 
 def _flops_per_token(run: Run) -> float | None:
@@ -61,17 +74,33 @@ def _say(run: Run, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def restart_count() -> int:
+    """How many times torchrun restarted this job's workers (0 on the first launch)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+
+
+def resume_point(opts: RunOptions, restart: int) -> Path | None:
+    """The checkpoint to start from: after a restart the newest one the job wrote, else `--resume`'s."""
+    if restart > 0 and opts.checkpoint_dir is not None:
+        found = checkpoint.latest_checkpoint(opts.checkpoint_dir)
+        if found is not None:
+            return found[1]
+    if opts.resume is not None:
+        return checkpoint.resume_source(opts.resume)
+    return None
+
+
 def train(run: Run, opts: RunOptions) -> None:
     start = 0
-    if opts.resume:
-        assert opts.checkpoint_dir is not None
-        found = checkpoint.latest_checkpoint(opts.checkpoint_dir)
-        if found is None:
-            raise UserError(
-                "no complete checkpoint to resume from", where=str(opts.checkpoint_dir), fix="drop --resume"
-            )
-        start = checkpoint.load(found[1], run.model, run.optimizers)
-        _say(run, f"resumed from {found[1]} (step {start}) on layout {run.plan.layout.describe()}")
+    restart = restart_count()
+    source = resume_point(opts, restart)
+    if source is not None:
+        with phase("checkpoint load"):
+            start = checkpoint.load(source, run.model, run.optimizers)
+        how = f"restart {restart}: " if restart else ""
+        _say(run, f"{how}resumed from {source} (step {start}) on layout {run.plan.layout.describe()}")
+    elif restart:
+        _say(run, f"restart {restart}: no checkpoint yet, training again from step 1")
     if start >= opts.steps:
         _say(run, f"nothing to do: checkpoint is at step {start} >= --steps {opts.steps}")
         return
@@ -92,14 +121,17 @@ def train(run: Run, opts: RunOptions) -> None:
                 total_steps=opts.steps,
                 smoke=opts.smoke,
                 printer=progress.console.print if progress is not None else None,
-                append=opts.resume,
+                append=source is not None or restart > 0,
+                restart=restart,
             )
         for step in range(start + 1, opts.steps + 1):
+            faults.before_step(step)
             inputs, targets = run.batch(step)
             t0 = time.perf_counter()
-            loss = train_step(run.model, run.optimizers, inputs, targets)  # ends in an all-reduce: synced
-            elapsed = time.perf_counter() - t0
-            peak = _peak_memory_bytes(run)
+            with phase("training step", step):
+                loss = train_step(run.model, run.optimizers, inputs, targets)  # ends in an all-reduce: synced
+                elapsed = time.perf_counter() - t0
+                peak = _peak_memory_bytes(run)
             if log is not None:
                 log.record(step, loss, elapsed, peak)
             if progress is not None:
@@ -107,7 +139,8 @@ def train(run: Run, opts: RunOptions) -> None:
             if opts.checkpoint_every and step % opts.checkpoint_every == 0:
                 assert opts.checkpoint_dir is not None
                 info = {"plan": str(opts.plan), "layout": lay.describe(), "model": run.args.name}
-                path = checkpoint.save(opts.checkpoint_dir, run.model, run.optimizers, step, info)
+                with phase("checkpoint save", step):
+                    path = checkpoint.save(opts.checkpoint_dir, run.model, run.optimizers, step, info)
                 _say(run, f"checkpoint {path}")
     if log is not None:
         log.close()

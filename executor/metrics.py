@@ -4,7 +4,8 @@ One JSON object per step in `metrics.jsonl` (rank 0 writes it; keys below, SI un
   step, loss, step_time_s, predicted_step_time_s, deviation (step_time_s / predicted - 1: +0.25 means 25%
   slower than predicted), tokens_per_s, predicted_tokens_per_s, mfu, predicted_mfu, peak_memory_bytes
   (CUDA: largest `max_memory_allocated` over all ranks, to compare with the prediction's max over pipeline
-  stages; null on CPU), predicted_peak_memory_bytes, smoke.
+  stages; null on CPU), predicted_peak_memory_bytes, smoke, restart (torchrun's restart count of the process
+  that ran the step: after a restart the steps since the last checkpoint appear again, with the higher count).
 
 MFU = tokens/s x model FLOP per token / (ranks x peak FLOP/s per device) (PaLM, Chowdhery et al. 2022,
 appendix B), with the model FLOPs of the `ModelSpec` actually run (the smoke one under --smoke, same
@@ -39,6 +40,7 @@ class MetricsLog:
         smoke: bool,
         printer: Callable[[str], None] | None = None,
         append: bool = False,
+        restart: int = 0,
     ) -> None:
         self.path = path
         self.predicted_step_time_s = predicted_step_time_s
@@ -50,6 +52,7 @@ class MetricsLog:
         self.peak_flops_total = peak_flops_total
         self.total_steps = total_steps
         self.smoke = smoke
+        self.restart = restart
         self.printer = printer or (lambda line: print(line, file=sys.stdout, flush=True))
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +79,7 @@ class MetricsLog:
             "peak_memory_bytes": peak_memory_bytes,
             "predicted_peak_memory_bytes": self.predicted_peak_memory_bytes,
             "smoke": self.smoke,
+            "restart": self.restart,
         }
         if self._fh is not None:
             self._fh.write(json.dumps(row) + "\n")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import UserError
+
+_STEP_DIR = re.compile(r"^step-\d{8}$")
+"""A checkpoint folder's name (executor.checkpoint.step_dir)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,11 +28,15 @@ class RunOptions:
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 0
     """Save every K steps (0: never)."""
-    resume: bool = False
+    resume: Path | None = None
+    """Checkpoint to continue from: a checkpoint root (its latest complete checkpoint) or one step folder.
+    Workers that torchrun restarted (`--max-restarts`) resume from the latest checkpoint in
+    `checkpoint_dir` without it (executor.loop)."""
     seed: int = 0
     lr: float = 3e-4
-    timeout_s: float = 300.0
-    """Process-group timeout: a collective waiting longer than this on a dead rank fails instead of hanging."""
+    collective_timeout_s: float | None = None
+    """Every collective waiting longer than this on a dead or hung rank fails instead of hanging;
+    None: executor.timeouts.DEFAULT_TIMEOUT_S for the device (600 s GPU, 60 s CPU)."""
 
     @property
     def metrics_path(self) -> Path:
@@ -46,10 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dtype", choices=["uint16", "uint32"], default=None)
     p.add_argument("--checkpoint-dir", type=Path, default=None)
     p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--resume", nargs="?", const=True, default=None, metavar="CKPT",
+                   help="continue from CKPT (a checkpoint folder or one step-* folder in it; any mesh); "
+                        "without a value, from --checkpoint-dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (s)")
+    p.add_argument("--collective-timeout", "--timeout-s", dest="collective_timeout", type=float, default=None,
+                   metavar="SECONDS", help="fail a collective that waits longer (default 600 on GPU, 60 on CPU)")
     return p
 
 
@@ -59,8 +70,22 @@ def parse_args(argv: list[str] | None) -> RunOptions:
         raise UserError(f"--steps {ns.steps}", where="--steps", fix="give a positive number of steps")
     if ns.checkpoint_every < 0:
         raise UserError(f"--checkpoint-every {ns.checkpoint_every}", where="--checkpoint-every", fix="use K >= 0")
-    if (ns.checkpoint_every or ns.resume) and ns.checkpoint_dir is None:
-        raise UserError("needs a folder", where="--checkpoint-every/--resume", fix="pass --checkpoint-dir DIR")
+    if ns.collective_timeout is not None and not ns.collective_timeout > 0:
+        raise UserError(f"--collective-timeout {ns.collective_timeout}", where="--collective-timeout",
+                        fix="give a positive number of seconds")
+    resume = ns.resume
+    if resume is True:  # bare --resume: the run's own checkpoint folder
+        if ns.checkpoint_dir is None:
+            raise UserError("needs a folder", where="--resume", fix="pass --checkpoint-dir DIR or --resume DIR")
+        resume = ns.checkpoint_dir
+    elif resume is not None:
+        resume = Path(resume)
+    checkpoint_dir = ns.checkpoint_dir
+    if checkpoint_dir is None and resume is not None and ns.checkpoint_every:
+        # New checkpoints go next to the ones resumed from (the checkpoint root, not a step folder in it).
+        checkpoint_dir = resume.parent if _STEP_DIR.match(resume.name) else resume
+    if ns.checkpoint_every and checkpoint_dir is None:
+        raise UserError("needs a folder", where="--checkpoint-every", fix="pass --checkpoint-dir DIR")
     run_dir = ns.run_dir if ns.run_dir is not None else Path("runs") / ns.plan.stem
     return RunOptions(
         plan=ns.plan,
@@ -70,10 +95,10 @@ def parse_args(argv: list[str] | None) -> RunOptions:
         metrics=ns.metrics,
         data=ns.data,
         data_dtype=ns.data_dtype,
-        checkpoint_dir=ns.checkpoint_dir,
+        checkpoint_dir=checkpoint_dir,
         checkpoint_every=ns.checkpoint_every,
-        resume=ns.resume,
+        resume=resume,
         seed=ns.seed,
         lr=ns.lr,
-        timeout_s=ns.timeout_s,
+        collective_timeout_s=ns.collective_timeout,
     )

@@ -10,8 +10,11 @@
 (executor.data), run forward/backward/AdamW (executor.step), log measured-vs-predicted metrics
 (executor.metrics) and checkpoint every K steps (executor.checkpoint).
 
-User errors print one line (`error: ...`, rank 0) and exit 2; a copy goes to `RUN_DIR/error.txt` for the
-launcher.
+User errors print one line (`error: ...`, from each host's first rank) and exit 2; a copy goes to
+`RUN_DIR/error.txt` for the launcher. A collective that times out (`--collective-timeout`) or loses a peer
+ends its rank with one line naming rank, step, phase and collective (executor.timeouts), appended to
+`RUN_DIR/failure.txt`, and exit 1: torchrun then stops the job, or restarts it with `--max-restarts N`, and
+the restarted workers resume from the latest checkpoint by themselves (executor.loop).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +30,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor import faults
 from executor.data import MemmapTokens, SyntheticTokens, local_batch
 from executor.mesh import Meshes, build_meshes
 from executor.model_args import ModelArgs, check_divisibility, from_spec, smoke_seq_len, smoke_spec
 from executor.options import RunOptions, parse_args
 from executor.parallelize import ParallelModel, apply_plan
 from executor.step import OptimizerConfig, build_optimizers
+from executor.timeouts import DEFAULT_TIMEOUT_S, CollectiveFailure, phase, set_group_timeouts
 from executor.world import World, check_world, init_process_group
 from planner.errors import UserError
 from planner.plan import Plan
@@ -86,12 +92,6 @@ def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, 
         spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp)
         seq_len = smoke_seq_len(lay.cp)
     args = from_spec(spec)
-    if args.tied_embeddings and lay.pp > 1:
-        raise UserError(
-            "tied embeddings across pipeline stages are not supported by the executor",
-            where=f"{where}: inputs.model.tied_embeddings",
-            fix="plan with pp=1 for this model, or untie its embeddings",
-        )
     check_divisibility(args, tp=lay.tp, cp=lay.cp, seq_len=seq_len)
     return spec, args, seq_len
 
@@ -150,6 +150,17 @@ def _report_error(message: str, opts: RunOptions | None) -> None:
         time.sleep(2.0)
 
 
+def _report_failure(message: str, opts: RunOptions, cause: BaseException | None = None) -> None:
+    """A collective failure: this rank's own line on stderr, appended to RUN_DIR/failure.txt (each rank
+    that fails says where it was; `meshplan run` shows the first). MESHPLAN_DEBUG=1 adds the traceback."""
+    if os.environ.get("MESHPLAN_DEBUG") and cause is not None:
+        traceback.print_exception(cause, file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    opts.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(opts.run_dir / "failure.txt", "a", encoding="utf-8") as fh:
+        fh.write(message + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     from executor.loop import train  # loop.py uses Run from this module
 
@@ -163,11 +174,21 @@ def main(argv: list[str] | None = None) -> int:
         plan = Plan.load(opts.plan)
         world = check_world(plan, smoke=opts.smoke, plan_path=str(opts.plan))
         check_plan(plan, smoke=opts.smoke, where=str(opts.plan))  # before joining: all ranks stop alike
-        init_process_group(world, opts.timeout_s)
-        train(build_run(plan, opts, world, where=str(opts.plan)), opts)
+        faults.arm(opts.run_dir, rank=world.rank, world_size=world.world_size, steps=opts.steps,
+                   checkpoint_every=opts.checkpoint_every)
+        timeout_s = opts.collective_timeout_s or DEFAULT_TIMEOUT_S[world.device.type]
+        init_process_group(world, timeout_s)
+        with phase("setup (mesh, model, pipeline)"):
+            run = build_run(plan, opts, world, where=str(opts.plan))
+        set_group_timeouts(timeout_s)  # the mesh's groups were created with c10d's default (30 min on gloo)
+        train(run, opts)
     except UserError as exc:
         # Every rank reaches the same verdict on the same inputs; rank 0 says it once.
         _report_error(str(exc), opts)
         return 2
+    except CollectiveFailure as exc:
+        assert opts is not None
+        _report_failure(str(exc), opts, exc.__cause__)
+        return 1
     dist.destroy_process_group()
     return 0
