@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed._functional_collectives import all_gather_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.attention.bias import causal_lower_right
 
@@ -68,6 +67,9 @@ class ContextParallelAttention(nn.Module):
         bsz, heads, local, hd = t.shape
         c = local // 2
         x = t.permute(2, 0, 1, 3).contiguous()  # (S/cp, B, h, hd): gather along dim 0
+        # Imported here: the function exists from torch 2.13 on, and cp == 1 plans must run on older torch.
+        from torch.distributed._functional_collectives import all_gather_single_autograd
+
         full = all_gather_single_autograd(x, 0, self.group)  # (S, B, h, hd), rank-major chunk pairs
         full = full.view(2 * self.cp, c, bsz, heads, hd)[self.order]
         return full.reshape(2 * self.cp * c, bsz, heads, hd).permute(1, 2, 0, 3)

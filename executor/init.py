@@ -88,9 +88,16 @@ def initial_value(
 
 @torch.no_grad()
 def init_weights(module: nn.Module, *, num_layers: int, seed: int) -> None:
-    """Fill every (local shard of every) parameter of `module` in place with its layout-independent value."""
+    """Fill every (local shard of every) parameter of `module` in place with its layout-independent value.
+
+    Tied models split over pipeline stages hold two copies of the embedding (first chunk's table, last
+    chunk's LM head); the head copy takes the table's values so both start equal."""
+    args = getattr(module, "args", None)
+    tied = bool(getattr(args, "tied_embeddings", False))
     for name, param in module.named_parameters():
         cname = canonical_name(name)
+        if tied and cname == "output.weight":
+            cname = "tok_embeddings.weight"
         if isinstance(param, DTensor):
             local_shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
             local = param.to_local()

@@ -5,10 +5,10 @@ planner's `Layout.rank_coords` and placement assume. From it:
 
   dp           = (dp_replicate, dp_shard) flattened: data sharding and loss averaging
   fsdp         = the mesh FSDP/replicate reduce gradients over. CP ranks hold the same weights as DP ranks,
-                 so CP joins the gradient group (as in torchtitan): ZeRO >= 1 shards over (dp_shard, cp)
-                 flattened, with dp_replicate as the outer replicate axis of a 2-D HSDP mesh when it is > 1
-                 (`Layout.dp_shard` is the sharding group: zero 3 with dp_shard 1 shards nothing); ZeRO-0
-                 replicates over (dp_replicate, dp_shard, cp) flattened.
+                 so CP joins the gradient group. ZeRO >= 1 shards over `dp_shard` only, the plan's sharding
+                 group (the planner's memory model divides by dp_shard), and replicates across
+                 dp_replicate x cp: a 2-D HSDP mesh (replicate, shard) whenever that product is > 1.
+                 ZeRO-0 replicates over (dp_replicate, dp_shard, cp) flattened.
   tp, cp, pp   = 1-D slices.
 
 Flattening is needed only where two axes are both > 1 (a size-1 axis adds nothing), which keeps the number of
@@ -72,40 +72,26 @@ def build_meshes(layout: Layout, device_type: str) -> Meshes:
     if layout.zero == 0:
         # ZeRO-0 replicates over every DP x CP rank.
         fsdp = _combine(world, ["dp_replicate", "dp_shard", "cp"], "dp_cp")
-    elif layout.dp_replicate > 1:
-        # Shard inside (dp_shard x cp), replicate across dp_replicate: HSDP (also when the shard group is 1).
-        fsdp = _hsdp_mesh(world, _combine(world, ["dp_shard", "cp"], "dp_shard_cp"), device_type)
+    elif layout.dp_replicate * layout.cp > 1:
+        # Shard inside dp_shard, replicate across dp_replicate x cp: HSDP (also when the shard group is 1).
+        fsdp = _hsdp_mesh(world)
     else:
-        fsdp = _combine(world, ["dp_shard", "cp"], "dp_shard_cp")
+        fsdp = world["dp_shard"]
     meshes = Meshes(world=world, pp=world["pp"], tp=world["tp"], cp=world["cp"], dp=dp, fsdp=fsdp, layout=layout)
     check(meshes)
     return meshes
 
 
-def _hsdp_mesh(world: DeviceMesh, shard: DeviceMesh, device_type: str) -> DeviceMesh:
-    """The 2-D (dp_replicate, shard) mesh of HSDP.
+def _hsdp_mesh(world: DeviceMesh) -> DeviceMesh:
+    """The 2-D (replicate = dp_replicate x cp, shard = dp_shard) mesh of HSDP.
 
-    A slice of the world mesh when the plan puts dp_replicate outside the shard axes (the usual order);
-    otherwise DeviceMesh cannot slice out of order and the mesh is rebuilt from the rank grid.
+    Slicing cannot produce it in general (DeviceMesh slices only in mesh order, and dp_shard usually sits
+    between dp_replicate and cp), and a mesh built from the rank grid would not share the world mesh's root,
+    which FSDP needs to combine it with the TP mesh. `DeviceMesh._concatenate` (what FSDP2 itself uses for
+    `DataParallelMeshDims`) joins two submeshes of the same root.
     """
-    shard_name = shard.mesh_dim_names[0] if shard.mesh_dim_names else "dp_shard"
-    try:
-        return world["dp_replicate", shard_name]
-    except KeyError:
-        return _explicit_hsdp(world, device_type)
-
-
-def _explicit_hsdp(world: DeviceMesh, device_type: str) -> DeviceMesh:
-    """(dp_replicate, dp_shard x cp) from the rank grid, replicate axis first, for unusual axis orders.
-
-    Every rank builds the same 3-D mesh (all other axes folded into the first dim), so every rank takes part
-    in creating every group, then slices its own 2-D plane.
-    """
-    names = list(world.mesh_dim_names or ())
-    grid = world.mesh.permute([names.index(a) for a in ("pp", "tp", "dp_replicate", "dp_shard", "cp")])
-    full = grid.reshape(grid.shape[0] * grid.shape[1], grid.shape[2], -1)
-    mesh = DeviceMesh(device_type, full, mesh_dim_names=("pp_tp", "dp_replicate", "dp_shard_cp"))
-    return mesh["dp_replicate", "dp_shard_cp"]
+    replicate = _combine(world, ["dp_replicate", "cp"], "dp_replicate_cp")
+    return DeviceMesh._concatenate([replicate, world["dp_shard"]])
 
 
 def check(meshes: Meshes) -> None:

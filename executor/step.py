@@ -58,6 +58,33 @@ def build_optimizers(model: ParallelModel, cfg: OptimizerConfig) -> list[torch.o
     return optimizers
 
 
+def sync_tied_embeddings(model: ParallelModel) -> None:
+    """Sum the gradients of the two copies of a tied embedding split over pipeline stages.
+
+    Megatron-LM's embedding group (Shoeybi et al. 2019): the first chunk's token table and the last chunk's
+    LM head start equal (executor.init) and, with summed gradients and identical AdamW updates, stay equal.
+    Both copies are sharded alike (vocab rows over TP, then FSDP over the same DP layout), so each rank
+    exchanges its local gradient shard with its counterpart at the other end of its pipeline.
+    """
+    if model.meshes.layout.pp == 1 or not model.parts[0].args.tied_embeddings:
+        return
+    ends = model.meshes.pp.mesh.tolist()  # global ranks of this rank's pipeline, stage order
+    mine = peer = None
+    for part in model.parts:
+        if part.tok_embeddings is not None:
+            mine, peer = part.tok_embeddings.weight, ends[-1]
+        if part.output is not None:
+            mine, peer = part.output.weight, ends[0]
+    if mine is None or mine.grad is None:
+        return
+    grad = mine.grad.to_local() if isinstance(mine.grad, DTensor) else mine.grad
+    send, recv = grad.contiguous(), torch.empty_like(grad)
+    ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    grad.add_(recv)  # a + b on one end, b + a on the other: the same fp32 sum
+
+
 def forward_backward(model: ParallelModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
     """Gradients of this rank's batch (B/dp rows); returns the mean loss on last-stage ranks, else None."""
     layout = model.meshes.layout
@@ -66,6 +93,7 @@ def forward_backward(model: ParallelModel, inputs: torch.Tensor, targets: torch.
         args = (inputs,) if model.has_first else ()
         target = targets if model.has_last else None
         model.schedule.step(*args, target=target, losses=losses if model.has_last else None)
+        sync_tied_embeddings(model)
         return torch.stack([loss.detach() for loss in losses]).mean() if model.has_last else None
     (part,) = model.parts
     nmb = layout.num_microbatches

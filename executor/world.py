@@ -12,6 +12,7 @@ whose GPU profiles carry `vendor`, `memory_bytes` and `peak_flops`, and whose no
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,10 +37,21 @@ class Hardware:
     peak_flops: dict[str, float]
 
 
-def hardware_of(cluster: dict[str, Any]) -> Hardware:
+def _node_of_host(groups: list, host: int) -> dict:
+    """The node shape of host `host` (host groups are numbered group by group, in order)."""
+    for group in groups:
+        if not isinstance(group, dict):
+            break
+        if host < int(group.get("hosts", 1)):
+            return group.get("node", {}) or {}
+        host -= int(group.get("hosts", 1))
+    return groups[0].get("node", {}) if groups and isinstance(groups[0], dict) else {}
+
+
+def hardware_of(cluster: dict[str, Any], host: int = 0) -> Hardware:
+    """The device of host `host` of the plan's cluster (heterogeneous clusters differ by host)."""
     gpus = cluster.get("gpus") if isinstance(cluster.get("gpus"), dict) else {}
-    groups = cluster.get("host_groups") or []
-    node = groups[0].get("node", {}) if groups and isinstance(groups[0], dict) else {}
+    node = _node_of_host(cluster.get("host_groups") or [], host)
     name = str(node.get("gpu") or next(iter(gpus), "") or cluster.get("name", ""))
     profile = gpus.get(name, {}) if isinstance(gpus, dict) else {}
     vendor = str(profile.get("vendor", "")).lower()
@@ -81,7 +93,8 @@ def check_world(plan: Plan, *, smoke: bool, plan_path: str) -> World:
             where=f"{plan_path}: layout",
             fix=f"launch {layout.world_size} processes in total (--nproc-per-node x --nnodes)",
         )
-    hw = hardware_of(plan.inputs.cluster)
+    host = plan.placement[rank].host if rank < len(plan.placement) else 0
+    hw = hardware_of(plan.inputs.cluster, host)
     planned = True
     if hw.kind == "cuda":
         if not torch.cuda.is_available():
@@ -131,8 +144,38 @@ def init_process_group(world: World, timeout_s: float) -> None:
     """Join the job; every collective gives up after `timeout_s` so one dead rank does not hang the rest."""
     if world.device.type == "cuda":
         torch.cuda.set_device(world.device)
+    store = _loopback_store(world, timeout_s)
     dist.init_process_group(
         backend=world.backend,
         timeout=timedelta(seconds=timeout_s),
         device_id=world.device if world.device.type == "cuda" else None,
+        **({"store": store, "rank": world.rank, "world_size": world.world_size} if store is not None else {}),
     )
+
+
+_LISTENERS: list[socket.socket] = []
+"""Sockets handed to a TCPStore by file descriptor: kept open for the life of the process."""
+
+
+def _loopback_store(world: World, timeout_s: float) -> dist.TCPStore | None:
+    """The job's key-value store, listening on 127.0.0.1 only, when MASTER_ADDR is the loopback address.
+
+    PyTorch's env:// store (rank 0 hosts it at MASTER_ADDR:MASTER_PORT) binds every interface whatever
+    MASTER_ADDR says (measured here: [::]:PORT in /proc/net/tcp6 for MASTER_ADDR=127.0.0.1), so anyone on
+    the network could reach it. Rank 0 binds the socket itself and hands it over (`master_listen_fd`); the
+    other ranks connect as before. None (PyTorch's default path) for a named host, or when torchrun shares
+    its own store with the workers (TORCHELASTIC_USE_AGENT_STORE: nothing is hosted here then).
+    """
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr not in ("127.0.0.1", "localhost") or not port or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    timeout = timedelta(seconds=timeout_s)
+    if world.rank != 0:
+        return dist.TCPStore("127.0.0.1", int(port), world.world_size, False, timeout, multi_tenant=True)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(port)))
+    sock.listen(max(128, world.world_size))
+    _LISTENERS.append(sock)
+    return dist.TCPStore("127.0.0.1", int(port), world.world_size, True, timeout, multi_tenant=True,
+                         master_listen_fd=sock.fileno())

@@ -13,26 +13,26 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hardware_profiles.cluster_schema import Network, NodeShape, NVLinkDomain
-from hardware_profiles.schema import GPUProfile, LinkProfile
+from hardware_profiles.cluster_schema import MAX_GPUS, Network, NodeShape, NVLinkDomain
+from hardware_profiles.schema import GPUProfile, LinkProfile, Name
 
 
 class HostGroup(BaseModel):
     """`hosts` consecutive hosts of one shape, each using `gpus_per_host` of its GPUs (local 0..n-1)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     node: NodeShape = Field(description="The host shape.")
-    hosts: int = Field(ge=1, description="Hosts in this group (count).")
-    gpus_per_host: int = Field(ge=1, description="GPUs used per host (count); fewer than node.gpus for a partial host.")
+    hosts: int = Field(ge=1, le=MAX_GPUS, description="Hosts in this group (count).")
+    gpus_per_host: int = Field(ge=1, le=MAX_GPUS, description="GPUs used per host (count); fewer than node.gpus for a partial host.")
 
 
 class Cluster(BaseModel):
     """A concrete cluster: hosts in rank order, the fabric, and every profile they reference."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(description="Cluster profile name.")
+    name: Name = Field(description="Cluster profile name.")
     description: str = Field(default="", description="What this cluster is.")
     origin: str = Field(default="", description="Where the profile came from (builtin name or file path).")
     host_groups: list[HostGroup] = Field(min_length=1, description="Host groups in host (and rank) order.")

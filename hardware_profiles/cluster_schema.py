@@ -10,32 +10,37 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hardware_profiles.schema import Sourced
+from hardware_profiles.schema import Name, Sourced
+
+MAX_GPUS = 2**20
+"""Largest count of hosts or devices accepted anywhere in a cluster (1,048,576): an input-sanity bound, not a
+hardware fact. The topology keeps arrays per host and per device, so an absurd count (a typo, 10**12) must
+fail validation in one line rather than exhaust memory or overflow int64 arrays."""
 
 
 class NodeShape(BaseModel):
     """One host: its GPUs, how they talk to each other, and its NICs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(description="Human name, e.g. 'DGX H100'.")
-    gpu: str = Field(description="GPU profile name (data/gpus).")
-    gpus: int = Field(ge=1, description="GPUs per host (count).")
-    scaleup_link: str | None = Field(
+    name: Name = Field(description="Human name, e.g. 'DGX H100'.")
+    gpu: Name = Field(description="GPU profile name (data/gpus).")
+    gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs per host (count).")
+    scaleup_link: Name | None = Field(
         default=None,
         description="Link profile of the GPU-to-GPU switch fabric (NVLink via NVSwitch, or loopback for CPU "
         "processes); null when GPUs talk through PCIe only.",
     )
-    pcie_link: str | None = Field(
+    pcie_link: Name | None = Field(
         default=None,
         description="Link profile of each GPU's (and NIC's) PCIe attachment; null only for virtual devices "
         "(CPU processes), which talk through scaleup_link.",
     )
     gpus_per_pcie_switch: int = Field(
-        default=1, ge=1, description="GPUs sharing one PCIe switch (count); 1 = each GPU on its own switch/root port."
+        default=1, ge=1, le=MAX_GPUS, description="GPUs sharing one PCIe switch (count); 1 = each GPU on its own switch/root port."
     )
-    nics: int = Field(default=0, ge=0, description="Compute-fabric NICs (ports) per host (count).")
-    nic_link: str | None = Field(default=None, description="Link profile of each NIC port.")
+    nics: int = Field(default=0, ge=0, le=MAX_GPUS, description="Compute-fabric NICs (ports) per host (count).")
+    nic_link: Name | None = Field(default=None, description="Link profile of each NIC port.")
     nic_of_gpu: list[int] | None = Field(
         default=None,
         description="Index of the NIC closest to each GPU (non-decreasing); default spreads GPUs evenly: i*nics//gpus.",
@@ -74,10 +79,10 @@ class NodeShape(BaseModel):
 class NodeGroup(BaseModel):
     """`count` hosts of one shape. Hosts are numbered group by group, in file order."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     node: NodeShape = Field(description="The host shape.")
-    count: int = Field(ge=1, description="Hosts of this shape in the full cluster (count).")
+    count: int = Field(ge=1, le=MAX_GPUS, description="Hosts of this shape in the full cluster (count).")
     weight: float | None = Field(
         default=None,
         gt=0,
@@ -89,24 +94,25 @@ class NodeGroup(BaseModel):
 class NetworkLevel(BaseModel):
     """One switch tier. Level 0 is the leaf; the last level joins everything (its size is not used)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(description="Tier name: leaf, spine, core ...")
+    name: Name = Field(description="Tier name: leaf, spine, core ...")
     size: int = Field(
         ge=1,
+        le=MAX_GPUS,
         description="Fan-in: hosts per leaf switch (per rail if rail-optimized) for level 0; lower-level "
         "switch groups per switch group above (count).",
     )
     oversubscription: float = Field(
         default=1.0, ge=1.0, description="Down:up bandwidth ratio of this tier's uplinks (1 = non-blocking)."
     )
-    link: str = Field(description="Link profile of the switch ports of this tier.")
+    link: Name = Field(description="Link profile of the switch ports of this tier.")
 
 
 class Network(BaseModel):
     """A tree of switches (fat tree, possibly oversubscribed), optionally rail-optimized."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     rail_optimized: bool = Field(
         description="NIC i of every host in a leaf group plugs into leaf switch i (a 'rail'); else all NICs "
@@ -124,21 +130,21 @@ class Network(BaseModel):
 class NVLinkDomain(BaseModel):
     """A rack-scale NVLink domain: `hosts` consecutive hosts share one NVLink switch fabric."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    hosts: int = Field(ge=1, description="Hosts (compute trays) per NVLink domain (count).")
-    link: str = Field(description="Link profile of the domain's NVLink (e.g. nvlink5).")
+    hosts: int = Field(ge=1, le=MAX_GPUS, description="Hosts (compute trays) per NVLink domain (count).")
+    link: Name = Field(description="Link profile of the domain's NVLink (e.g. nvlink5).")
 
 
 class ClusterSpec(Sourced):
     """A named cluster shape as written in a YAML file."""
 
-    name: str = Field(description="Cluster profile name.")
+    name: Name = Field(description="Cluster profile name.")
     description: str = Field(default="", description="What this cluster is.")
     node_groups: list[NodeGroup] = Field(min_length=1, description="Host groups, in host order.")
     network: Network | None = Field(default=None, description="Switched fabric between hosts; null = single host.")
     nvlink_domain: NVLinkDomain | None = Field(default=None, description="Rack-scale NVLink domain, if any.")
-    default_nodes: int = Field(ge=1, description="Hosts used when no nodes=/gpus= is given (count).")
+    default_nodes: int = Field(ge=1, le=MAX_GPUS, description="Hosts used when no nodes=/gpus= is given (count).")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hardware_profiles.cluster import Cluster, HostGroup
-from hardware_profiles.cluster_schema import ClusterSpec, NodeGroup
-from hardware_profiles.errors import ProfileError
+from hardware_profiles.cluster_schema import MAX_GPUS, ClusterSpec, NodeGroup
+from hardware_profiles.errors import ProfileError, format_validation_error
 from hardware_profiles.schema import GPUProfile, LinkProfile
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -66,30 +66,30 @@ def _locate(kind: str, name: str, *, base: Path | None = None, where: str | None
     return path
 
 
-def _format_validation(exc: ValidationError, source: str) -> str:
-    items = []
-    for e in exc.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ())) or "<root>"
-        bad = e.get("input")
-        text = "{...}" if isinstance(bad, dict) else repr(bad)
-        text = text if len(text) <= 60 else text[:57] + "..."
-        msg = e.get("msg", "").removeprefix("Value error, ")
-        items.append(f"field '{loc}' = {text}: {msg}")
-    return f"{source}: " + "; ".join(items)
+def _read(path: Path, model: type[M]) -> M:
+    """The validated profile in `path`; cached per file version (an edited file is read again)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ProfileError(f"cannot read YAML ({exc.strerror})", where=str(path)) from None
+    return _read_version(path, stat.st_mtime_ns, stat.st_size, model)
 
 
 @lru_cache(maxsize=256)
-def _read(path: Path, model: type[M]) -> M:
+def _read_version(path: Path, mtime_ns: int, size: int, model: type[M]) -> M:
+    like = {GPUProfile: "gpus/cpu.yaml", LinkProfile: "links/loopback-gloo.yaml"}.get(model, "clusters/local-cpu.yaml")
+    example = f"a UTF-8 YAML mapping of fields like {DATA_DIR / like}"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read YAML ({' '.join(str(exc).split())})", where=str(path)) from None
+        raise ProfileError(f"cannot read YAML ({' '.join(str(exc).split())})", where=str(path), allowed=example) from None
     if not isinstance(data, dict):
-        raise ProfileError("expected a mapping of fields at the top level", where=str(path))
+        raise ProfileError(f"expected a mapping of fields at the top level, found {type(data).__name__}",
+                           where=str(path), allowed=example)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(_format_validation(exc, str(path))) from None
+        raise ProfileError(format_validation_error(exc, str(path), model)) from None
 
 
 def gpu(name: str) -> GPUProfile:
@@ -121,6 +121,14 @@ def _split_hosts(groups: list[NodeGroup], hosts: int) -> list[int]:
 
 def _sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int | None) -> tuple[int, int]:
     """(hosts, gpus per host) for a request."""
+    hosts, per_host = _requested_sizes(spec, where, nodes, gpus)
+    if hosts * per_host > MAX_GPUS:
+        raise ProfileError(f"{hosts} hosts x {per_host} GPUs = {hosts * per_host} devices is more than meshplan "
+                           f"handles ({MAX_GPUS})", where=where, allowed=f"at most {MAX_GPUS} GPUs in all")
+    return hosts, per_host
+
+
+def _requested_sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int | None) -> tuple[int, int]:
     if nodes is not None and gpus is not None:
         raise ProfileError("give nodes= or gpus=, not both", where=where)
     gpn = spec.node_groups[0].node.gpus
@@ -176,12 +184,17 @@ def _shared_memory(profile: GPUProfile, devices: int) -> GPUProfile:
     return GPUProfile.model_validate(data)
 
 
-def cluster(name_or_path: str, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
+def cluster(name_or_path: str | Cluster, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
     """A concrete cluster: `nodes=N` hosts, or `gpus=N` GPUs on as few hosts as possible (evenly).
 
     Without either, the profile's `default_nodes`. Heterogeneous profiles split N hosts over their node
-    groups by weight (largest remainder; see `NodeGroup.weight`).
+    groups by weight (largest remainder; see `NodeGroup.weight`). Given a resolved `Cluster` (the one a plan
+    embeds) instead of a name, resizes that one from its own content (`hardware_profiles.resize`).
     """
+    if isinstance(name_or_path, Cluster):
+        from hardware_profiles.resize import resized
+
+        return resized(name_or_path, nodes=nodes, gpus=gpus)
     spec, path = cluster_spec(name_or_path)
     builtin = path.parent == (DATA_DIR / "clusters").resolve()
     where = f"cluster {spec.name!r}" if builtin else str(path)

@@ -8,13 +8,30 @@ number has a source, and every source names a field that exists (so a typo canno
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from hardware_profiles.measured import FrameworkOverhead, MeasuredCollective
 
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
 
+
+def printable(value: str, allow: str = "") -> str:
+    """`value` if it has no control characters (other than those in `allow`), else ValueError.
+
+    Names go into one-line messages, tables, GraphML and exported launch scripts, where a line break would
+    end a shell comment and start a command, and an escape sequence would drive the terminal.
+    """
+    bad = next((c for c in value if (ord(c) < 32 or 127 <= ord(c) < 160) and c not in allow), None)
+    if bad is not None:
+        raise ValueError(f"contains the control character {bad!r}; fix: use printable text")
+    return value
+
+
+Name = Annotated[str, AfterValidator(printable)]
+"""A profile or element name: printable text on one line."""
 
 # Fields that are a user's choice, not a hardware fact, and so need no citation.
 _CHOICES = frozenset({"default_nodes", "weight"})
@@ -50,7 +67,7 @@ def _numeric_paths(model: BaseModel, prefix: str = "") -> list[str]:
 class Sourced(BaseModel):
     """Base of every profile that carries numbers: `sources` must cover each of them, and only them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     sources: dict[str, str] = Field(
         description="Citation per numeric field: key = dotted field path or a prefix of it "
@@ -79,7 +96,7 @@ class MatmulEfficiency(BaseModel):
     a GEMM of `half_flops` FLOP reaches half of that (fixed per-kernel costs dominate small GEMMs).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_fraction: float = Field(gt=0, le=1, description="Best achieved fraction of dense bf16 peak for large GEMMs (1).")
     half_flops: float = Field(gt=0, description="GEMM size (FLOP) at which half of max_fraction is reached (FLOP).")
@@ -88,10 +105,10 @@ class MatmulEfficiency(BaseModel):
 class GPUProfile(Sourced):
     """One accelerator kind (or the local CPU process device for gloo runs)."""
 
-    name: str = Field(description="Profile name, e.g. 'h100-sxm'.")
-    vendor: str = Field(description="Vendor, e.g. 'nvidia', 'amd', 'cpu'.")
+    name: Name = Field(description="Profile name, e.g. 'h100-sxm'.")
+    vendor: Name = Field(description="Vendor, e.g. 'nvidia', 'amd', 'cpu'.")
     description: str = Field(default="", description="Human name of the part.")
-    memory_bytes: int = Field(gt=0, description="Device memory capacity usable by one process (bytes).")
+    memory_bytes: int = Field(gt=0, le=2**60, description="Device memory capacity usable by one process (bytes; at most 1 EiB).")
     memory_bandwidth_Bps: float = Field(gt=0, description="Peak device memory bandwidth (bytes/s).")
     peak_flops: dict[str, float] = Field(
         description="Dense (no sparsity) peak throughput per dtype (FLOP/s); keys among " + ", ".join(DTYPES) + "."
@@ -111,6 +128,18 @@ class GPUProfile(Sourced):
     )
     pcie_bandwidth_Bps: float = Field(gt=0, description="Host interface bandwidth per direction (bytes/s).")
     tdp_w: float | None = Field(default=None, gt=0, description="Board power limit (W), if known.")
+    framework_overhead: FrameworkOverhead | None = Field(
+        default=None,
+        description="Measured host-side time per layer and micro-batch beyond FLOPs and bytes (meshplan "
+        "calibrate); null: not modelled.",
+    )
+    devices_at_full_speed: float | None = Field(
+        default=None,
+        ge=1,
+        description="For devices that are processes sharing one host (CPU): how many run at full speed at once "
+        "(effective cores, measured by meshplan calibrate); more busy ones share that throughput. null: "
+        "independent devices (GPUs).",
+    )
 
     @model_validator(mode="after")
     def _dtypes(self) -> GPUProfile:
@@ -128,7 +157,7 @@ class GPUProfile(Sourced):
 class LinkProfile(Sourced):
     """One link or fabric type: the bandwidth of one port/attachment and the per-hop latency over it."""
 
-    name: str = Field(description="Profile name, e.g. 'ib-ndr'.")
+    name: Name = Field(description="Profile name, e.g. 'ib-ndr'.")
     kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback"] = Field(
         description="Technology class; decides how the topology wires it (scale-up switch, PCIe tree, NIC)."
     )
@@ -145,4 +174,9 @@ class LinkProfile(Sourced):
         le=1,
         description="Fraction of bandwidth_Bps that NCCL moves as payload (protocol and packet overhead): the "
         "topology uses bandwidth_Bps x protocol_efficiency as the usable capacity (1).",
+    )
+    measured_collectives: list[MeasuredCollective] | None = Field(
+        default=None,
+        description="Measured latency and bus bandwidth per collective kind and group size (meshplan calibrate); "
+        "used instead of the ring model for groups inside one host; null: ring model only.",
     )

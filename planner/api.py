@@ -21,7 +21,10 @@ from planner.errors import InfeasibleError, UserError
 from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
+from planner.plan_checks import check_against_model
 from planner.solver.exact import SearchResult, exact_search
+from planner.solver.rank_costs import needs_typed_costing
+from planner.solver.refine import Refinement, refine
 from planner.solver.space import PIN_FIELDS, Pins, SearchLimits
 from planner.workload import Workload
 
@@ -88,35 +91,6 @@ def _rank_layers_from_partition(layout: Layout, num_layers: int) -> list[int]:
     return per_rank
 
 
-def check_against_model(layout: Layout, model: ModelSpec, workload: Workload, num_gpus: int) -> None:
-    """Model- and cluster-dependent validity; raises UserError naming the knob and the fix."""
-    problems = []
-    if layout.world_size > num_gpus:
-        problems.append(f"dp*tp*pp*cp={layout.world_size} exceeds the cluster's {num_gpus} GPUs")
-    if model.num_heads % layout.tp:
-        problems.append(f"num_heads={model.num_heads} is not divisible by tp={layout.tp}")
-    if model.num_kv_heads % layout.tp and layout.tp % model.num_kv_heads:
-        problems.append(f"num_kv_heads={model.num_kv_heads} neither divides nor is divisible by tp={layout.tp}")
-    if model.ffn_hidden_size % layout.tp:
-        problems.append(f"ffn_hidden_size={model.ffn_hidden_size} is not divisible by tp={layout.tp}")
-    if layout.cp > 1 and workload.seq_len % (2 * layout.cp):
-        problems.append(f"seq_len={workload.seq_len} is not divisible by 2*cp={2 * layout.cp}")
-    if layout.num_chunks > model.num_layers:
-        problems.append(f"pp*virtual_stages={layout.num_chunks} exceeds num_layers={model.num_layers}")
-    experts = model.moe.num_experts if model.moe else 1
-    if experts % layout.ep:
-        problems.append(f"num_experts={experts} is not divisible by ep={layout.ep}")
-    if layout.global_batch != workload.batch:
-        problems.append(
-            f"dp*micro_batch*num_microbatches={layout.dp}*{layout.micro_batch}*{layout.num_microbatches}="
-            f"{layout.global_batch} != global batch {workload.batch}"
-        )
-    if layout.layer_partition is not None and sum(layout.layer_partition) != model.num_layers:
-        problems.append(f"layer_partition sums to {sum(layout.layer_partition)}, model has {model.num_layers} layers")
-    if problems:
-        raise UserError("invalid layout: " + "; ".join(problems))
-
-
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
     topo = ctx.topology
     return tuple(RankPlacement(rank=r, host=int(topo.host_of(r)), gpu=int(topo.local_index(r))) for r in range(world))
@@ -126,11 +100,26 @@ def _cluster_json(cluster: Any) -> dict[str, Any]:
     return cluster.model_dump(mode="json") if hasattr(cluster, "model_dump") else dict(cluster)
 
 
-def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *, proven: bool, notes: tuple[str, ...] = ()) -> Plan:
-    """Cost one layout rank by rank and wrap it with its inputs, placement and per-stage memory."""
-    table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
-    res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology), rank_layers=np.array([rank_layers]))
-    layout = row_to_layout(row, chunk_partition(rank_layers, row["v"]) if row["pp"] > 1 else None)
+def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *, proven: bool, notes: tuple[str, ...] = (),
+               chunks: tuple[int, ...] | None = None, refined: Refinement | None = None) -> Plan:
+    """Cost one layout rank by rank and wrap it with its inputs, placement and per-stage memory.
+
+    Models with several layer types and clusters with several GPU kinds are costed by type and by each rank's
+    own GPU (`solver.refine`), with the layers per chunk `chunks` (default: `rank_layers` split evenly within
+    each rank) or an already computed refinement; otherwise with `evaluate_table`'s rank-by-rank path.
+    """
+    pp = row["pp"]
+    if chunks is None and pp > 1:
+        chunks = refined.chunks if refined is not None else chunk_partition(rank_layers, row["v"])
+    if refined is None and needs_typed_costing(ctx):
+        refined = refine(ctx, row, rank_layers, chunks=chunks)
+    if refined is not None:
+        res, capacity = refined.result, [float(c) for c in refined.costs.capacity_bytes]
+    else:
+        table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
+        res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology), rank_layers=np.array([rank_layers]))
+        capacity = [ctx.memory_capacity_bytes] * pp
+    layout = row_to_layout(row, chunks if pp > 1 else None)
     W = layout.world_size
     step = float(res.step_time_s[0])
     tokens = ctx.workload.tokens_per_step
@@ -144,7 +133,7 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
             optimizer_bytes=float(mem["optimizer"][0, r]), activations_bytes=float(mem["activations"][0, r]),
             logits_bytes=float(mem["logits"][0, r]), buffers_bytes=float(mem["buffers"][0, r]),
             reserve_bytes=float(mem["reserve"][0, r]), total_bytes=float(mem["total"][0, r]),
-            capacity_bytes=ctx.memory_capacity_bytes,
+            capacity_bytes=capacity[r],
         )
         for r in range(layout.pp)
     )
@@ -213,14 +202,15 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
         return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
                 f"{ctx.workload.batch} ({what}); fix: relax the pins or change --global-batch to a multiple of the DP degrees")
+    from planner.infeasible import memory_fixes
+
     row, peak = result.best_infeasible
     cap = ctx.memory_capacity_bytes
     layout = row_to_layout(row, None)
     return (
         f"{ctx.model.name} fits nowhere on {ctx.cluster.num_gpus} x {ctx.gpu.name}: the least-memory layout "
         f"({layout.describe()}) needs {peak / GiB:.1f} GiB per GPU, {(peak - cap) / GiB:.1f} GiB over the "
-        f"{cap / GiB:.1f} GiB capacity; fix: more GPUs (--nodes), --recompute full, --zero 3, --micro-batch 1, "
-        "or a larger-memory GPU"
+        f"{cap / GiB:.1f} GiB capacity; fix: {memory_fixes(layout, pins)}"
     )
 
 
@@ -238,23 +228,36 @@ def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, An
     if n == 0:
         raise InfeasibleError(infeasible_message(ctx, result, pins))
     plans = []
+    typed = needs_typed_costing(ctx)
     for i in range(n):
         row = {k: int(v[i]) for k, v in result.table.items()}
-        rank_layers = best_rank_layers(ctx, row)
-        notes = ()
+        rank_layers = _mean_rank_layers(ctx, row)
+        notes: tuple[str, ...] = ()
         used = row["dp"] * row["tp"] * row["pp"] * row["cp"]
         if i == 0 and int(cluster.num_gpus) > used:
             notes = (f"{int(cluster.num_gpus) - used} GPUs left idle: no layout using all of them is faster",)
-        plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes))
+        refined = refine(ctx, row, rank_layers) if typed else None  # CP-SAT partition by layer type and GPU
+        if refined is not None:
+            rank_layers, notes = refined.rank_layers, notes + refined.notes
+        plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes, refined=refined))
+    if typed:  # the refined costing may reorder the search's ranking (made with the mean-layer split)
+        plans.sort(key=lambda plan: plan.prediction.step_time_s)
     return plans
 
 
-def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
-    """The optimal split of the compact evaluation, expanded to layers per pipeline rank."""
+def _mean_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
+    """The optimal split of the compact evaluation (mean layer, slowest GPU), as layers per pipeline rank."""
     table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
     res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
     assert res.split is not None
     return res.split.counts(0, row["pp"])
+
+
+def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
+    """Layers per pipeline rank of the best partition: the CP-SAT split by layer type and per-rank GPU when
+    the model has several layer types or the cluster several GPU kinds, else the exact mean-layer split."""
+    mean = _mean_rank_layers(ctx, row)
+    return refine(ctx, row, mean).rank_layers if needs_typed_costing(ctx) and row["pp"] > 1 else mean
 
 
 def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout, *, allow_oom: bool = False,
@@ -263,11 +266,16 @@ def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout,
     check_against_model(layout, model, workload, int(cluster.num_gpus))
     ctx = make_context(model, cluster, workload, **options)
     row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
+    refined = None
     if layout.layer_partition is not None or layout.pp == 1:
         rank_layers = _rank_layers_from_partition(layout, model.num_layers)
+    elif needs_typed_costing(ctx):
+        refined = refine(ctx, row, _mean_rank_layers(ctx, row))
+        rank_layers = refined.rank_layers
     else:
-        rank_layers = best_rank_layers(ctx, row)
-    plan = build_plan(ctx, row, rank_layers, proven=False)
+        rank_layers = _mean_rank_layers(ctx, row)
+    plan = build_plan(ctx, row, rank_layers, proven=False, chunks=layout.layer_partition, refined=refined,
+                      notes=refined.notes if refined else ())
     if not allow_oom:
         over = [s for s in plan.prediction.memory_per_stage if not s.fits]
         if over:

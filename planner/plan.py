@@ -153,12 +153,14 @@ class Plan(_Frozen):
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        """Read a plan file; any problem is a one-line `UserError` naming the file and field."""
+        """Read a plan file; any problem is a one-line `UserError` naming the file and field (the parts must
+        also agree with each other: `planner.plan_checks`)."""
         path = Path(path)
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise UserError(f"cannot read plan: {exc.strerror}", where=str(path)) from None
+            raise UserError(f"cannot read plan: {exc.strerror}", where=str(path),
+                            fix="pass the path of a plan written by `meshplan plan --json FILE`") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -177,7 +179,14 @@ class Plan(_Frozen):
                 where=str(path),
                 fix="upgrade meshplan",
             )
+        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] < 1:
+            raise UserError(f"schema_version {data['schema_version']} is not a meshplan plan version (1 and up)",
+                            where=str(path), fix="regenerate it with `meshplan plan --json FILE`")
         try:
-            return cls.model_validate(data)
+            plan = cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(format_validation_error(exc, str(path))) from None
+            raise UserError(format_validation_error(exc, str(path), cls)) from None
+        from planner.plan_checks import check_plan_file
+
+        check_plan_file(plan, str(path))
+        return plan

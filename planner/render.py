@@ -185,6 +185,6 @@ def print_wide(console: Any, table: Table) -> None:
         console.print(table)
         return
     # Console.print clamps `width` to the console's own width, so render with a wider twin on the same file.
-    wide = Console(file=console.file, width=need, highlight=False, emoji=False, soft_wrap=True,
+    wide = Console(file=console.file, width=need, highlight=False, emoji=False, soft_wrap=True, markup=False,
                    color_system=console.color_system, force_terminal=console.is_terminal)
     wide.print(table)

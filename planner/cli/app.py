@@ -28,13 +28,17 @@ def _root() -> None:
     """Plan, compare and run N-dimensional parallel layouts for large-model training."""
 
 
-out = Console(highlight=False, emoji=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
+# markup=False: tables and messages show names taken from user files (a model called "[/x]" or "[bold]"),
+# which rich would otherwise parse as markup (and fail on, or restyle).
+out = Console(highlight=False, emoji=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, markup=False)
 
 
 def abort(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit: 2 for user errors (the default), 1 for internal ones."""
-    err.print(f"error: {message}", markup=False)
+    from planner.errors import one_line
+
+    err.print(f"error: {one_line(message)}", markup=False)
     raise typer.Exit(code=code)
 
 

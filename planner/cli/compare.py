@@ -88,6 +88,7 @@ def compare_command(
 ) -> None:
     """Compare layouts side by side: breakdown, step time, tokens/s, MFU, peak memory, fits."""
     from planner import api
+    from planner.io import check_targets
     from planner.plan import Plan
     from planner.render import dataframe_table, print_wide
 
@@ -96,6 +97,7 @@ def compare_command(
         top = 5
     rows: list[dict[str, Any]] = []
     with user_errors():
+        check_targets(csv_out, json_out, force=force)  # both or neither, before any work
         plans = [Plan.load(p) for p in plan_files]
         rows += [plan_row(str(p), plan) for p, plan in zip(plan_files, plans)]
         values = collect_pins(pins)

@@ -37,10 +37,11 @@ def detect_command(
 ) -> None:
     """Detect the local machine (GPUs, NVLink, PCIe, NICs) and describe it as a cluster profile."""
     import hardware_profiles as hp
-    from planner.io import write_text_atomic
+    from planner.io import check_targets, write_text_atomic
     from planner.topology.detect import detect_local
 
     try:
+        check_targets(out_file, json_out, force=force)  # both or neither, before any work
         if nic_link is not None:
             hp.link(nic_link)
         text = None

@@ -39,16 +39,18 @@ def evaluate_command(
 ) -> None:
     """Predict step time, throughput, MFU and memory of one fully specified layout."""
     from planner.api import evaluate
+    from planner.io import check_targets
     from planner.render import breakdown_table, memory_table, summary_table
 
     with user_errors():
+        check_targets(json_out, force=force)
         inp = resolve_inputs(inputs)
         values = collect_pins(pins)
-        ignored = [f"--{k.replace('_', '-')}" for k in LIMIT_NAMES if k in values]
-        if ignored:
-            err.print(f"warning: {', '.join(ignored)} only bound the search; evaluate ignores them", markup=False)
         layout = layout_from_pins(values, inp)
         plan = evaluate(inp.model, inp.cluster, inp.workload, layout, allow_oom=allow_oom, **inp.options)
+    ignored = [f"--{k.replace('_', '-')}" for k in LIMIT_NAMES if k in values]
+    if ignored:  # after the work: a refused command prints its one error line and nothing else
+        err.print(f"warning: {', '.join(ignored)} only bound the search; evaluate ignores them", markup=False)
     if emit_json(plan.model_dump_json(indent=1), json_out, force=force):
         return
     out.print(summary_table(plan, title=f"evaluate: {inp.model.name} on {inp.cluster.num_gpus} GPUs"))

@@ -29,10 +29,12 @@ def explain_command(
     from rich.table import Table
 
     from planner.explain import explain
+    from planner.io import check_targets
     from planner.plan import Plan
     from planner.render import print_wide, seconds
 
     with user_errors():
+        check_targets(json_out, force=force)
         plan = Plan.load(plan_file)
         report = explain(plan)
     if abs(report.step_time_s - report.stored_step_time_s) > 1e-9 * report.stored_step_time_s:

@@ -45,10 +45,11 @@ def export_command(
 ) -> None:
     """Export a plan to TorchTitan, Megatron-LM, DeepSpeed, torchrun or SLURM."""
     from planner.export import export
-    from planner.io import write_text_atomic
+    from planner.io import check_targets, write_text_atomic
     from planner.plan import Plan
 
     with user_errors():
+        check_targets(out_file, json_out, force=force)  # both or neither, before any work
         plan = Plan.load(plan_file)
         result = export(plan, to.value, plan_path=plan_path or str(plan_file), rdzv_host=rdzv_host,
                         rdzv_port=rdzv_port)

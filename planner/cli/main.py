@@ -1,8 +1,9 @@
 """Entry point of the `meshplan` console script.
 
 Imports every command module (each registers itself on the shared app), then runs typer. Only here are
-unexpected exceptions caught: user errors exit 2 with one line; anything else is a meshplan bug and exits
-1 with a short traceback (locals only when MESHPLAN_DEBUG is set).
+unexpected exceptions caught: user errors (including command-line usage errors, which click would print as
+a boxed multi-line block) exit 2 with one line on stderr; anything else is a meshplan bug and exits 1 with a
+short traceback (locals only when MESHPLAN_DEBUG is set).
 """
 
 from __future__ import annotations
@@ -12,10 +13,16 @@ import os
 import pkgutil
 import sys
 
+import typer
+
 from planner.cli.app import app, err
-from planner.errors import UserError
+from planner.errors import UserError, one_line
 
 _SKIP = {"app", "main", "__init__"}
+_USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
+    k for k in (getattr(typer, "TyperException", None), getattr(sys.modules.get("click"), "ClickException", None)) if k
+)
+"""Command-line usage errors: recent typers raise their own (from a vendored click), older ones click's."""
 
 
 def _register_commands() -> None:
@@ -29,22 +36,44 @@ def _register_commands() -> None:
 def main(argv: list[str] | None = None) -> int:
     _register_commands()
     try:
-        app(args=argv, standalone_mode=True)
+        code = app(args=argv, standalone_mode=False, prog_name="meshplan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except _USAGE_ERRORS as exc:  # unknown option, bad value, missing argument: always the user's
+        err.print(f"error: {one_line(_usage_message(exc, sys.argv[1:] if argv is None else argv))}", markup=False)
+        return 2
+    except typer.Abort:
+        err.print("error: aborted", markup=False)
+        return 1
     except UserError as exc:
-        err.print(f"error: {exc}", markup=False)
+        err.print(f"error: {one_line(str(exc))}", markup=False)
         return 2
     except Exception as exc:  # profile and file-format errors are the user's too (one line, exit 2)
         message = _user_error_message(exc)
         if message is None:
             return _internal_error()
-        err.print(f"error: {message}", markup=False)
+        err.print(f"error: {one_line(message)}", markup=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
         return 130
-    return 0
+    return code if isinstance(code, int) else 0
+
+
+def _usage_message(exc: Exception, argv: list[str]) -> str:
+    """click's message with the command, the value given and where to look:
+    `meshplan plan: Invalid value for '--gpus' (given '0'): ...; fix: see 'meshplan plan --help'`."""
+    message = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
+    param = getattr(exc, "param", None)
+    flags = [o for o in getattr(param, "opts", ()) if o.startswith("-")]
+    given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0] in flags]
+    given += [b for a, b in zip(argv, argv[1:]) if a in flags]
+    if given:
+        message = message.replace(":", f" (given {given[-1]!r}):", 1)
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    return f"{ctx.command_path}: {message}; fix: see '{ctx.command_path} --help'"
 
 
 def _user_error_message(exc: Exception) -> str | None:

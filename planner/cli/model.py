@@ -39,10 +39,12 @@ def model_command(
     force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
 ) -> None:
     """Show a model's shape, parameter counts and FLOPs per token (forward and training)."""
+    from planner.io import check_targets
     from planner.model import load_model
     from planner.model.report import build_report
 
     try:
+        check_targets(json_out, force=force)
         spec = load_model(name)
         report = build_report(spec, seq_len)
     except UserError as exc:

@@ -193,7 +193,8 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     try:
         workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len)
     except ValidationError as exc:
-        raise UserError("; ".join(_flag_message(e) for e in exc.errors())) from None
+        raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
+                        fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
     return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"))
 
 
@@ -266,7 +267,7 @@ def parse_layout_string(text: str) -> dict[str, Any]:
         if key not in PIN_FIELDS:
             raise UserError(f"--layout {text!r}: unknown key {key!r}", fix=f"use {', '.join(PIN_FIELDS)}")
         if key in values:
-            raise UserError(f"--layout {text!r}: {key} given twice")
+            raise UserError(f"--layout {text!r}: {key} given twice", fix="give each key once")
         if key == "mesh_axes":
             values[key] = parse_mesh_axes(value, "--layout mesh")
         elif key == "sequence_parallel":
@@ -279,7 +280,8 @@ def parse_layout_string(text: str) -> dict[str, Any]:
             try:
                 values[key] = int(value)
             except ValueError:
-                raise UserError(f"--layout {text!r}: {key}={value!r} is not an integer") from None
+                raise UserError(f"--layout {text!r}: {key}={value!r} is not an integer",
+                                fix=f"write e.g. {key}=2") from None
     return values
 
 

@@ -49,6 +49,8 @@ def plan_command(
 ) -> None:
     """Find the fastest parallel layout that fits (exact under the cost model) and show why it is fast."""
     from planner.api import search_result
+    from planner.figures import check_targets as check_figures
+    from planner.io import check_targets
     from planner.render import (
         breakdown_table,
         memory_table,
@@ -59,6 +61,9 @@ def plan_command(
     )
 
     with user_errors():
+        check_targets(json_out, force=force)  # refuse before the search, not after it
+        if figures is not None:
+            check_figures(figures, force=force)
         inp = resolve_inputs(inputs)
         kw = collect_pins(pins)
         start = time.perf_counter()

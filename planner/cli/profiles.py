@@ -84,8 +84,10 @@ def profiles_command(
 ) -> None:
     """List the built-in GPU, link and cluster profiles (and model presets)."""
     import hardware_profiles as hp
+    from planner.io import check_targets
 
     try:
+        check_targets(json_out, force=force)
         data = collect()
         if json_out is not None:
             write_json_output(json.dumps(data, indent=2), json_out, force=force)

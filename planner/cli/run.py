@@ -10,6 +10,19 @@ MASTER_ADDR=127.0.0.1, OMP_NUM_THREADS=1 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=
 stale store addresses without it: PyTorch issue 135712). Progress streams to stderr; the final table
 (median step time, tokens/s, MFU, deviation; measured vs predicted) goes to stdout, or one JSON document to
 --json. A plan/world mismatch the executor finds is reported as its one-line error (exit 2).
+
+Faults during a run:
+    meshplan run plan.json --checkpoint-dir ckpt --checkpoint-every 100 --max-restarts 3
+        a rank that crashes (or a collective that fails) stops the job; torchrun restarts all workers (up
+        to 3 times) and they resume from the latest complete checkpoint in ckpt by themselves, no --resume
+        needed; the steps since that checkpoint are trained again (the metrics repeat them with restart=N).
+    meshplan run plan.json --collective-timeout 120
+        a collective waiting longer (a hung or dead rank) ends the run with one line naming the rank, step,
+        phase and collective (exit 1; default 600 s on GPUs, 60 s on CPU).
+    meshplan run new_plan.json --resume ckpt
+        continue from ckpt's latest checkpoint (or one ckpt/step-NNNNNNNN) on another mesh or world size,
+        e.g. re-planned for fewer GPUs after losing some: DCP reshards the state; the global batch must be
+        the same for the loss to continue where it stopped.
 """
 
 from __future__ import annotations
@@ -18,7 +31,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,12 +74,6 @@ class RunSummary(BaseModel):
     metrics: str = Field(description="JSON-lines metrics file of the run.")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _default_plan(nproc: int):
     """The best plan for the tiny model on `nproc` local gloo ranks (the lead's planner.search)."""
     import hardware_profiles as hp
@@ -86,8 +92,12 @@ def _torchrun_cmd(plan_path: Path, run_dir: Path, metrics: Path, args: dict, end
            "--rdzv-id", rdzv_id]
     if host in LOOPBACK:
         cmd += ["--local-addr", "127.0.0.1"]  # workers' MASTER_ADDR: loopback, not the host name
+    if args.get("store_hosted"):
+        cmd += ["--rdzv-conf", "is_host=0"]  # the store runs in our helper process (planner.rendezvous)
     if args["nnodes"] > 1:
         cmd += ["--node-rank", str(args["node_rank"]), "--rdzv-conf", f"is_host={int(args['node_rank'] == 0)}"]
+    if args.get("max_restarts"):
+        cmd += ["--max-restarts", str(args["max_restarts"])]
     cmd += ["-m", "executor", str(plan_path), "--steps", str(args["steps"]), "--run-dir", str(run_dir),
             "--metrics", str(metrics)]
     if args["smoke"]:
@@ -97,8 +107,10 @@ def _torchrun_cmd(plan_path: Path, run_dir: Path, metrics: Path, args: dict, end
             cmd += [f"--{flag.replace('_', '-')}", str(args[flag])]
     if args["checkpoint_every"]:
         cmd += ["--checkpoint-every", str(args["checkpoint_every"])]
-    if args["resume"]:
-        cmd.append("--resume")
+    if args.get("resume"):
+        cmd += ["--resume", str(args["resume"])]
+    if args.get("collective_timeout") is not None:
+        cmd += ["--collective-timeout", str(args["collective_timeout"])]
     return cmd
 
 
@@ -206,24 +218,53 @@ def run_command(
     data: Path = typer.Option(None, "--data", help="Flat uint16/uint32 token file (default: synthetic tokens)."),
     checkpoint_dir: Path = typer.Option(None, "--checkpoint-dir", help="DCP checkpoint folder."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Save every K steps (0: never)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint (any mesh)."),
+    resume: Path = typer.Option(None, "--resume", metavar="CKPT_DIR", help="Continue from CKPT_DIR's latest checkpoint, or one step-* folder (any mesh or world size)."),
+    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart failed workers up to N times; they resume from the latest checkpoint."),
+    collective_timeout: float = typer.Option(None, "--collective-timeout", metavar="SECONDS", min=0.001, help="Fail a collective waiting longer (default 600 on GPU, 60 on CPU)."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the summary as JSON ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Calibrate this machine first (quick) and plan/cost on it."),
+    replan_if_off: float = typer.Option(None, "--replan-if-off", metavar="PCT", min=0.0,
+                                        help="After a short probe, re-plan on a calibrated profile if the median step "
+                                        "time is off the prediction by more than PCT %, and continue from its checkpoint."),
 ) -> None:
-    """Run a plan with torchrun (or plan and run the tiny model here); show measured vs predicted."""
+    """Run a plan with torchrun (or plan and run the tiny model here); show measured vs predicted.
+
+    With --max-restarts N and --checkpoint-dir, torchrun restarts failed workers and they resume from the
+    latest complete checkpoint by themselves. --resume CKPT_DIR continues a run on another mesh or world size.
+    """
+    from planner.io import check_targets, write_text_atomic
     from planner.plan import Plan
+    from planner.rendezvous import LoopbackStore, loopback_sockets
 
     if nnodes > 1 and rdzv_endpoint is None:
         abort("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every host)")
     if rdzv_endpoint is not None and (":" not in rdzv_endpoint or not rdzv_endpoint.rsplit(":", 1)[1].isdigit()):
         abort(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT")
+    check_targets(json_out, force=force)  # before planning or launching anything
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if replan_if_off is not None or calibrate:  # planner/cli/run_replan.py
+        from planner.cli import run_replan
+
+        run_dir = run_dir or Path("runs") / f"{plan_file.stem if plan_file else 'default'}-{stamp}"
+        try:
+            if replan_if_off is None:
+                plan_file = run_replan.calibrated_plan_file(plan_file, run_dir, nproc or DEFAULT_RANKS, _default_plan)
+            else:
+                passthrough = [*(["--smoke"] if smoke else []), *(["--data", str(data)] if data else []),
+                               *(["--nproc", str(nproc)] if nproc else [])]
+                final = [*(["--json", json_out] if json_out else []), *(["--force"] if force else [])]
+                raise typer.Exit(run_replan.run_with_replan(
+                    plan_file=plan_file, pct=replan_if_off, steps=steps, run_dir=run_dir, nproc=nproc,
+                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=_default_plan))
+        except UserError as exc:
+            abort(str(exc))
     if plan_file is None:
         plan = _default_plan(nproc or DEFAULT_RANKS)
         run_dir = run_dir or Path("runs") / f"default-{stamp}"
         run_dir.mkdir(parents=True, exist_ok=True)
         plan_path = run_dir / "plan.json"
-        plan_path.write_text(plan.to_json(), encoding="utf-8")
+        write_text_atomic(plan_path, plan.to_json(), force=True)  # the run folder's own copy
         err.print(f"planned {plan.layout.describe()} for tiny on {plan.world_size} local gloo ranks", markup=False)
     else:
         plan, plan_path = Plan.load(plan_file), plan_file
@@ -235,23 +276,44 @@ def run_command(
               f"= {local * nnodes}; fix: make nnodes x nproc equal the plan's world size")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "error.txt").unlink(missing_ok=True)
+    (run_dir / "failure.txt").unlink(missing_ok=True)
     metrics = metrics or run_dir / "metrics.jsonl"
-    endpoint = rdzv_endpoint or f"127.0.0.1:{_free_port()}"
-    rdzv_id = "meshplan-" + hashlib.sha256(f"{plan_path}:{endpoint}".encode()).hexdigest()[:12]
+    if resume is not None and not resume.is_dir():
+        abort(f"--resume {resume}: no such folder; fix: pass a --checkpoint-dir folder or one of its step-* folders")
+    if max_restarts and checkpoint_dir is None and not (resume is not None and checkpoint_every):
+        err.print("note: --max-restarts without --checkpoint-dir: a restarted job trains again from step 1",
+                  markup=False)
     args = dict(nnodes=nnodes, nproc=local, node_rank=node_rank, steps=steps, smoke=smoke, data=data,
-                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume)
+                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+                max_restarts=max_restarts, collective_timeout=collective_timeout, store_hosted=rdzv_endpoint is None)
+    # One host: the rendezvous store listens on 127.0.0.1 only (planner.rendezvous), not on every interface.
+    store = LoopbackStore.start(run_dir / "rendezvous.log") if rdzv_endpoint is None else None
+    endpoint = store.endpoint if store is not None else rdzv_endpoint
+    rdzv_id = "meshplan-" + hashlib.sha256(f"{plan_path}:{endpoint}".encode()).hexdigest()[:12]
     cmd = _torchrun_cmd(plan_path, run_dir, metrics, args, endpoint, rdzv_id)
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", PYTHONUNBUFFERED="1")
     if endpoint.rsplit(":", 1)[0] in LOOPBACK:
         env["MASTER_ADDR"] = "127.0.0.1"
+        env.update({k: v for k, v in loopback_sockets().items() if k not in os.environ})
     err.print(f"launching {local * nnodes} ranks ({nnodes} node(s)); output in {run_dir}", markup=False)
-    rc, held = _launch(cmd, env, run_dir / "launcher.log")
+    try:
+        rc, held = _launch(cmd, env, run_dir / "launcher.log")
+    finally:
+        if store is not None:
+            store.stop()
+    failure_file = run_dir / "failure.txt"
+    failures = failure_file.read_text(encoding="utf-8").splitlines() if failure_file.is_file() else []
+    more = f" ({len(failures) - 1} more in {failure_file})" if len(failures) > 1 else ""
     if rc != 0:
         error_file = run_dir / "error.txt"
         if error_file.is_file():
             abort(error_file.read_text(encoding="utf-8").strip())
+        if failures:  # a collective timed out or lost its peer: the first rank's line (all in the file)
+            abort(failures[0] + more, code=1)
         sys.stderr.writelines(held)
         abort(f"torchrun exited with status {rc}; full log: {run_dir / 'launcher.log'}", code=1)
+    if failures:
+        err.print(f"note: the job recovered from a failure (torchrun restarted it): {failures[0]}{more}", markup=False)
     if not metrics.is_file():
         err.print(f"done; metrics are written on the host that ran rank 0 ({metrics})", markup=False)
         return

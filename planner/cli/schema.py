@@ -34,8 +34,10 @@ def schema_command(
     force: bool = typer.Option(False, "--force", help="Overwrite the file if it exists."),
 ) -> None:
     """Print the JSON Schema of plan files."""
-    from planner.io import write_text_atomic
+    from planner.io import check_targets, write_text_atomic
 
+    with user_errors():
+        check_targets(out_file, json_out, force=force)
     text = schema_text()
     if emit_json(text, json_out, force=force):
         return

@@ -50,9 +50,11 @@ def show_command(
     force: bool = typer.Option(False, "--force", help="Overwrite existing figure (and --json) files."),
 ) -> None:
     """Draw a plan: device mesh on the topology, pipeline schedule, memory per stage, step time vs memory."""
+    from planner.io import check_targets
     from planner.plan import Plan
 
     with user_errors():
+        check_targets(json_out, force=force)  # the figures are checked in write_figures, before the search
         plan = Plan.load(plan_file)
         report = write_figures(plan, figures, force=force, compare=compare)
     if emit_json(json.dumps(report, indent=1), json_out, force=force):

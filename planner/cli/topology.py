@@ -92,11 +92,12 @@ def topology_command(
     import networkx as nx
 
     import hardware_profiles as hp
-    from planner.io import write_bytes_atomic
+    from planner.io import check_targets, write_bytes_atomic
     from planner.topology import Topology
     from planner.topology.graph import node_link_json
 
     try:
+        check_targets(graphml, json_out, force=force)  # both or neither, before any work
         topo = Topology(hp.cluster(cluster, nodes=nodes, gpus=gpus))
         summary = summarize(topo)
         if graphml is not None:

@@ -59,10 +59,15 @@ def write_all(plan: Plan, out_dir: str | Path, search: Any = None, *, force: boo
         "memory": lambda: draw_memory(plan),
         "pareto": lambda: draw_pareto(plan, search),
     }
+    import matplotlib
+
     paths: list[Path] = []
-    for stem in stems:
-        fig, _ = drawers[stem]()
-        paths += _common.save(fig, out, stem, force=force)
+    # Names from user files (a model called "a$\\frac$") are text, not TeX: without this matplotlib parses
+    # "$...$" as mathtext and a malformed one aborts the drawing. No figure uses mathtext on purpose.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        for stem in stems:
+            fig, _ = drawers[stem]()
+            paths += _common.save(fig, out, stem, force=force)
     return paths
 
 

@@ -36,7 +36,8 @@ class _Config:
     def __init__(self, data: dict[str, Any], path: Path) -> None:
         self.data, self.path = data, path
 
-    def req(self, key: str) -> Any:
+    def req(self, key: str) -> int:
+        """A required size or count: present and an integer (every required key is one)."""
         value = self.data.get(key, _MISSING)
         if value is _MISSING or value is None:
             raise UserError(
@@ -44,6 +45,17 @@ class _Config:
                 where=str(self.path),
                 fix=f"add '{key}' from the model's published config.json",
             )
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"key '{key}' = {value!r} is not an integer", where=str(self.path),
+                            fix=f"write '{key}' as a whole number, as in the model's published config.json")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """An optional true/false key (a string "false" would otherwise read as true)."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise UserError(f"key '{key}' = {value!r} is not true/false", where=str(self.path),
+                            fix=f"write '{key}' as true or false")
         return value
 
     def get(self, key: str, default: Any) -> Any:
@@ -95,7 +107,7 @@ def spec_from_hf_dict(data: dict[str, Any], path: Path) -> ModelSpec:
     try:
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
-        raise UserError(format_validation_error(exc, str(path))) from None
+        raise UserError(format_validation_error(exc, str(path), ModelSpec)) from None
 
 
 def _name(data: dict[str, Any], path: Path) -> str:
@@ -118,7 +130,7 @@ def _require_act(cfg: _Config, key: str, allowed: tuple[str, ...], default: str)
 
 def _attention_bias(cfg: _Config) -> tuple[bool, bool]:
     """Llama-family attention_bias/mlp_bias -> (qkv_bias, linear_bias); other combinations are not modelled."""
-    attn, mlp = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
+    attn, mlp = cfg.flag("attention_bias", False), cfg.flag("mlp_bias", False)
     if attn != mlp:
         raise UserError(
             f"attention_bias={attn} with mlp_bias={mlp} is not supported (biases on some linears only)",
@@ -145,7 +157,7 @@ def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "position": "rope",
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "qkv_bias": qkv_bias,
         "linear_bias": linear_bias,
     }
@@ -177,7 +189,7 @@ def _gpt2(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "gelu",
         "norm": "layernorm",
         "position": "learned",
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "tied_embeddings": cfg.flag("tie_word_embeddings", True),
         "linear_bias": True,
     }, []
 
@@ -203,7 +215,7 @@ def _gpt_neox(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "gelu",
         "norm": "layernorm",
         "position": "rope",
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "linear_bias": True,
     }, notes
 
@@ -232,7 +244,7 @@ def _deepseek_v3(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "position": "rope",
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "attention": "mla",
         "mla": {
             "q_lora_rank": q_lora,

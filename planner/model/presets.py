@@ -61,7 +61,7 @@ def _validate(data: Any, where: str) -> ModelSpec:
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
-        raise UserError(format_validation_error(exc, where)) from None
+        raise UserError(format_validation_error(exc, where, ModelSpec)) from None
 
 
 def load_model_file(path: str | Path) -> ModelSpec:
@@ -69,17 +69,19 @@ def load_model_file(path: str | Path) -> ModelSpec:
     from planner.model.hf_import import spec_from_hf_dict
 
     path = Path(path)
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    fix = f"pass a UTF-8 {kind} file: a model YAML like planner/model/presets/tiny.yaml, or a HF config.json"
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read file ({exc.__class__.__name__})", where=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"not UTF-8 text (byte {exc.start})", where=str(path), fix=fix) from None
+    except OSError as exc:
+        raise UserError(f"cannot read file ({exc.strerror or exc.__class__.__name__})", where=str(path), fix=fix) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        raise UserError(
-            f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}", where=str(path)
-        ) from None
+        raise UserError(f"not valid {kind}: {' '.join(str(exc).split()) or exc.__class__.__name__}", where=str(path),
+                        fix=fix) from None
     if isinstance(data, dict) and "model_type" in data:
         return spec_from_hf_dict(data, path)
     return _validate(data, str(path))

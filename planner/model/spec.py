@@ -15,12 +15,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner.model import flops as _flops
 from planner.model import params as _params
 
 RecomputePolicy = Literal["none", "selective", "full"]
+
+# Input-sanity bounds (not facts about any model): each is 50x or more beyond the largest published value
+# (126 layers for Llama 3 405B, h = 25,600 for Megatron-LM's 1T GPT, 256 experts for DeepSeek-V3, a 256k
+# vocabulary for Gemma, a 10M-token context for Llama 4 Scout), so no real model is refused, while a typo such as
+# num_layers: 1e12 fails validation in one line instead of looping per layer for hours or overflowing the
+# cost model's int64 arrays.
+MAX_LAYERS = 2**14
+MAX_WIDTH = 2**24
+"""Largest hidden, FFN, expert-FFN, vocabulary and latent sizes (elements)."""
+MAX_HEADS = 2**16
+"""Largest head count and head dimension."""
+MAX_SEQ_LEN = 2**30
 
 
 class MoESpec(BaseModel):
@@ -34,17 +46,17 @@ class MoESpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_experts: int = Field(gt=0, description="Routed experts per MoE layer (E).")
-    top_k: int = Field(gt=0, description="Routed experts each token is sent to.")
+    num_experts: int = Field(gt=0, le=MAX_HEADS, description="Routed experts per MoE layer (E).")
+    top_k: int = Field(gt=0, le=MAX_HEADS, description="Routed experts each token is sent to.")
     num_shared_experts: int = Field(
-        default=0, ge=0, description="Experts every token goes through (DeepSeekMoE)."
+        default=0, ge=0, le=MAX_HEADS, description="Experts every token goes through (DeepSeekMoE)."
     )
-    expert_ffn_hidden_size: int = Field(gt=0, description="Intermediate width of one expert MLP (elements).")
+    expert_ffn_hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Intermediate width of one expert MLP (elements).")
     moe_layer_freq: int = Field(
-        default=1, gt=0, description="Every n-th layer after the dense prefix is MoE."
+        default=1, gt=0, le=MAX_LAYERS, description="Every n-th layer after the dense prefix is MoE."
     )
     first_k_dense: int = Field(
-        default=0, ge=0, description="Number of leading dense layers (DeepSeek-V3: 3)."
+        default=0, ge=0, le=MAX_LAYERS, description="Number of leading dense layers (DeepSeek-V3: 3)."
     )
     router_bias: bool = Field(
         default=False,
@@ -72,15 +84,15 @@ class MLASpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     q_lora_rank: int | None = Field(description="Query compression rank d'_c (None: no query compression).")
-    kv_lora_rank: int = Field(gt=0, description="Key/value compression rank d_c.")
-    qk_nope_head_dim: int = Field(gt=0, description="Per-head query/key dimension without RoPE (d_h).")
-    qk_rope_head_dim: int = Field(gt=0, description="Per-head decoupled RoPE query/key dimension (d_h^R).")
-    v_head_dim: int = Field(gt=0, description="Per-head value dimension.")
+    kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH, description="Key/value compression rank d_c.")
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_HEADS, description="Per-head query/key dimension without RoPE (d_h).")
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_HEADS, description="Per-head decoupled RoPE query/key dimension (d_h^R).")
+    v_head_dim: int = Field(gt=0, le=MAX_HEADS, description="Per-head value dimension.")
 
     @model_validator(mode="after")
     def _check(self) -> MLASpec:
-        if self.q_lora_rank is not None and self.q_lora_rank <= 0:
-            raise ValueError(f"mla.q_lora_rank={self.q_lora_rank} must be positive or null")
+        if self.q_lora_rank is not None and not 0 < self.q_lora_rank <= MAX_WIDTH:
+            raise ValueError(f"mla.q_lora_rank={self.q_lora_rank} must be in 1..{MAX_WIDTH} or null")
         return self
 
 
@@ -100,23 +112,24 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, description="Short identifier, e.g. 'llama3-8b'.")
-    num_layers: int = Field(gt=0, description="Decoder layers (L).")
-    hidden_size: int = Field(gt=0, description="Model width h (elements).")
-    num_heads: int = Field(gt=0, description="Query heads.")
-    num_kv_heads: int = Field(gt=0, description="Key/value heads (GQA groups); equals num_heads for MHA.")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Decoder layers (L).")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model width h (elements).")
+    num_heads: int = Field(gt=0, le=MAX_HEADS, description="Query heads.")
+    num_kv_heads: int = Field(gt=0, le=MAX_HEADS, description="Key/value heads (GQA groups); equals num_heads for MHA.")
     head_dim: int = Field(
         gt=0,
+        le=MAX_HEADS,
         description="Per-head q/k/v dimension; defaults to hidden_size // num_heads "
         "(MLA: qk_nope_head_dim + qk_rope_head_dim, informational only).",
     )
     ffn_hidden_size: int = Field(
-        gt=0, description="MLP intermediate width of dense layers (unused if all are MoE)."
+        gt=0, le=MAX_WIDTH, description="MLP intermediate width of dense layers (unused if all are MoE)."
     )
     vocab_size: int = Field(
-        gt=0, description="Rows of the token embedding and LM head (padded size if padded)."
+        gt=0, le=MAX_WIDTH, description="Rows of the token embedding and LM head (padded size if padded)."
     )
     max_seq_len: int = Field(
-        gt=0, description="Longest sequence (tokens); rows of the learned position table."
+        gt=0, le=MAX_SEQ_LEN, description="Longest sequence (tokens); rows of the learned position table."
     )
     mlp: Literal["swiglu", "gelu"] = Field(
         description="swiglu: 3 matrices (gate, up, down); gelu: 2 (up, down)."
@@ -139,6 +152,17 @@ class ModelSpec(BaseModel):
     attention: Literal["mha_gqa", "mla"] = Field(default="mha_gqa", description="Attention kind.")
     mla: MLASpec | None = Field(default=None, description="MLA dimensions; required iff attention == 'mla'.")
     source: str = Field(default="user-defined", min_length=1, description="Where the shape comes from.")
+
+    @field_validator("name", "source")
+    @classmethod
+    def _printable(cls, value: str, info: Any) -> str:
+        """No control characters (`hardware_profiles.schema.printable`); `source` may span lines."""
+        from hardware_profiles.schema import printable
+
+        try:
+            return printable(value, allow="\t\n" if info.field_name == "source" else "")
+        except ValueError as exc:
+            raise ValueError(f"{info.field_name} {exc}") from None
 
     @model_validator(mode="before")
     @classmethod

@@ -7,6 +7,9 @@ every weight and on AdamW's moments and step count after two steps, all resharde
 2-D DTensors -> 1-D shards, or -> pipeline stages); a missing or misplaced tensor moves it by far more
 (the loss changes by ~1e-3 per step here), while reordered fp32 sums move it by ~1e-7.
 
+A tied model (GPT-style) saved with one stage also resumes on two stages (the head copy is filled from
+the embedding), at the same tolerance.
+
 Atomicity: a half-written save (`.tmp-step-...`) and a folder without the completion marker are placed
 in the checkpoint folder before B runs; B must ignore both and resume from step 2.
 """
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from dist_launch import tail, torchrun
-from dist_plans import make_plan
+from dist_plans import TINY_GPT, make_plan
 
 from planner.layout import Layout
 
@@ -33,9 +36,9 @@ def _metrics(path: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
 
 
-def _run(tmp: Path, layout: Layout, name: str, extra: list[str]) -> Path:
+def _run(tmp: Path, layout: Layout, name: str, extra: list[str], model: str | dict = "tiny") -> Path:
     plan = tmp / f"{name}.json"
-    plan.write_text(make_plan("tiny", layout).to_json())
+    plan.write_text(make_plan(model, layout).to_json())
     run_dir = tmp / name
     proc = torchrun(
         layout.world_size,
@@ -85,6 +88,19 @@ def test_resume_on_another_mesh_continues_exactly(tmp_path: Path) -> None:
     # report) is far outside the tolerance; and run A's first step is the untrained model's loss on step 1.
     assert abs(_untrained_loss(3) - losses_a[3]) > 100 * LOSS_RTOL * abs(losses_a[3])
     assert abs(_untrained_loss(1) - losses_a[1]) <= LOSS_RTOL * abs(losses_a[1])
+
+
+@pytest.mark.timeout(300)
+def test_tied_model_resumes_from_one_stage_onto_two(tmp_path: Path) -> None:
+    """A tied model saved without pipeline stages (one embedding tensor) resumes on pp=2, where the last
+    stage's LM head is a second copy: it is filled from the embedding's weights and optimizer state."""
+    a = _run(tmp_path, Layout(dp=2, zero=3, dp_shard=2, micro_batch=4), "a_gpt_dp2",
+             ["--steps", "3", "--checkpoint-every", "2"], model=TINY_GPT)
+    b = _run(tmp_path, Layout(pp=2, schedule="1f1b", micro_batch=2, num_microbatches=4), "b_gpt_pp2",
+             ["--steps", "3", "--resume"], model=TINY_GPT)
+    losses_a, losses_b = _metrics(a), _metrics(b)
+    assert sorted(losses_b) == [3]
+    assert abs(losses_b[3] - losses_a[3]) <= LOSS_RTOL * abs(losses_a[3]), (losses_a, losses_b)
 
 
 def _untrained_loss(step: int) -> float:

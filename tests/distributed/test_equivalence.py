@@ -59,6 +59,7 @@ GROUPS: dict[int, list[dict]] = {
               num_microbatches=4),
         _case("gpt_tp2_no_sp_tied", TINY_GPT, tp=2, micro_batch=8),
         _case("gpt_cp2_learned_positions", TINY_GPT, cp=2, micro_batch=4, num_microbatches=2),
+        _case("gpt_pp2_1f1b_tied_across_stages", TINY_GPT, pp=2, schedule="1f1b", micro_batch=2, num_microbatches=4),
     ],
     4: [
         _case("hsdp_2x2", "tiny", dp=4, zero=3, dp_shard=2, micro_batch=1, num_microbatches=2),
@@ -76,6 +77,8 @@ GROUPS: dict[int, list[dict]] = {
               num_microbatches=2),
         _case("gpt_dp2_tp2_sp_tied", TINY_GPT, dp=2, tp=2, zero=3, dp_shard=2, sequence_parallel=True,
               micro_batch=2, num_microbatches=2),
+        _case("gpt_pp2_dp2_tp1_fsdp_tied_interleaved", TINY_GPT, pp=2, dp=2, zero=3, dp_shard=2,
+              schedule="interleaved", virtual_stages=2, micro_batch=1, num_microbatches=4),
         _case("zb_h1_pp2_dp2_fsdp", "tiny", pp=2, dp=2, zero=3, dp_shard=2, schedule="zb-h1", micro_batch=1,
               num_microbatches=4),
         _case("interleaved_pp2_dp2_fsdp", "tiny", pp=2, dp=2, zero=3, dp_shard=2, schedule="interleaved",
