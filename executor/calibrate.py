@@ -193,7 +193,14 @@ def run(out: Path, quick: bool) -> dict:
     if world > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
+        # The workers' store on 127.0.0.1 only (executor.world._loopback_store), as for training runs.
+        from types import SimpleNamespace
+
+        from executor.world import _loopback_store
+
+        store = _loopback_store(SimpleNamespace(rank=int(os.environ.get("RANK", 0)), world_size=world), 600.0)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None,
+                                **({"store": store, "rank": int(os.environ["RANK"]), "world_size": world} if store is not None else {}))
     rank = dist.get_rank() if world > 1 else 0
     cpu = device.type == "cpu"
     if cpu:

@@ -54,26 +54,36 @@ def measure(nproc: int, quick: bool, on_progress: Callable[[int, int, str], None
     with tempfile.TemporaryDirectory(prefix="meshplan-calibrate-") as tmp:
         out = Path(tmp) / "raw.json"
         log_path = Path(tmp) / "calibrate.log"
+        # Every listening socket on 127.0.0.1 (planner.rendezvous): the rendezvous store runs in a helper process
+        # bound to loopback and torchrun joins it as a client; rank 0 binds the workers' store itself.
+        from planner.rendezvous import LoopbackStore, loopback_sockets
+
+        store = LoopbackStore.start(Path(tmp) / "rendezvous.log")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--local-addr", "127.0.0.1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", store.endpoint, "--rdzv-conf", "is_host=0",
+               "--local-addr", "127.0.0.1",
                "-m", "executor.calibrate", "--out", str(out)] + (["--quick"] if quick else [])
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", PYTHONUNBUFFERED="1",
                    MASTER_ADDR="127.0.0.1")
-        with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("@@progress ") and on_progress is not None:
-                    _, done, total, label = (line.rstrip("\n").split(" ", 3) + [""])[:4]
-                    on_progress(int(done), int(total), label)
-                elif not line.startswith("@@progress "):
-                    log.write(line)
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise UserError(f"calibration did not finish in {timeout_s:.0f} s", where="meshplan calibrate",
-                                fix="retry with --quick, or on a less busy machine") from None
+        env.update({k: v for k, v in loopback_sockets().items() if k not in os.environ})
+        try:
+            with open(log_path, "w", encoding="utf-8") as log:
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if line.startswith("@@progress ") and on_progress is not None:
+                        _, done, total, label = (line.rstrip("\n").split(" ", 3) + [""])[:4]
+                        on_progress(int(done), int(total), label)
+                    elif not line.startswith("@@progress "):
+                        log.write(line)
+                try:
+                    rc = proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    raise UserError(f"calibration did not finish in {timeout_s:.0f} s", where="meshplan calibrate",
+                                    fix="retry with --quick, or on a less busy machine") from None
+        finally:
+            store.stop()
         if rc != 0 or not out.is_file():
             tail = " | ".join(line for line in log_path.read_text(encoding="utf-8").splitlines()[-6:] if line.strip())
             raise RuntimeError(f"torchrun -m executor.calibrate exited with status {rc}: {tail[-600:]}")

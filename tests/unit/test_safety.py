@@ -340,3 +340,37 @@ def _listening_addresses(port: int) -> set[str]:
                 raw = raw[::-1] if family == socket.AF_INET else b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
                 found.add(socket.inet_ntop(family, raw))
     return found
+
+
+def test_calibrate_listens_on_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`meshplan calibrate`'s torchrun job joins a rendezvous store on 127.0.0.1 (is_host=0), with workers'
+    MASTER_ADDR and gloo/NCCL sockets on loopback, like `meshplan run`."""
+    import subprocess as sp
+
+    from planner.calibration import launch
+
+    seen: dict = {}
+    real_popen = sp.Popen
+
+    class FakeProc:
+        stdout: list[str] = []
+
+        def wait(self, timeout=None):
+            return 1  # stop right after the launch line was built
+
+    def popen(cmd, env=None, **kw):
+        if "torch.distributed.run" in cmd:
+            seen.update(cmd=cmd, env=env)
+            return FakeProc()
+        return real_popen(cmd, env=env, **kw)  # the loopback store helper itself
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError):
+        launch.measure(2, True)
+    cmd, env = seen["cmd"], seen["env"]
+    assert cmd[cmd.index("--rdzv-endpoint") + 1].startswith("127.0.0.1:")
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"
+    assert cmd[cmd.index("--local-addr") + 1] == "127.0.0.1"
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
