@@ -120,9 +120,12 @@ def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
     api.check_against_model(plan.layout, model, workload, int(cluster.num_gpus))  # a hand-edited plan may not be valid
     rank_layers = api._rank_layers_from_partition(plan.layout, model.num_layers)
     first = None
-    for flash in (True, False):
+    # The workload records the FlashAttention setting the plan was costed with; plans written before it did
+    # are reproduced with either setting.
+    for flash in (workload.flash_attention, not workload.flash_attention):
         ctx = api.make_context(model, cluster, workload, flash_attention=flash)
-        again = api.build_plan(ctx, _row(plan), rank_layers, proven=plan.proven_optimal)
+        again = api.build_plan(ctx, _row(plan), rank_layers, proven=plan.proven_optimal,
+                               chunks=plan.layout.layer_partition)
         first = first or (ctx, again)
         if abs(again.prediction.step_time_s - plan.prediction.step_time_s) <= 1e-9 * plan.prediction.step_time_s:
             return ctx, again
