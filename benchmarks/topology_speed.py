@@ -41,7 +41,7 @@ def main() -> None:
         for axis in range(len(mesh)):
             for kind in KINDS:
                 def query(kind=kind, mesh=mesh, axis=axis):
-                    topo._axis_cache.clear()
+                    topo.clear_cache()
                     return topo.axis_collective(kind, mesh, axis)
 
                 t = best_of(query, args.repeats)

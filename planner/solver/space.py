@@ -179,7 +179,8 @@ def expand_pairs(
     sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
     # SP: off for tp == 1; else the pin, or on (off is dominated), or both when dominated options are kept.
     sp_multi = [1] if pin_sp is None and limits.prune_dominated else [1, 0] if pin_sp is None else [int(pin_sp)]
-    n_sp = np.where(tp == 1, 1, len(sp_multi))
+    # A pinned sequence_parallel=True needs tp > 1: tp == 1 shapes then have no valid row (not a silent "off").
+    n_sp = np.where(tp == 1, 0 if pin_sp else 1, len(sp_multi))
     # Mesh orders only matter with both PP and DP (otherwise they give the same groups): one unless pinned.
     n_order = np.where((pp > 1) & (dp > 1), len(orders), 1 if pin_order is None else len(orders))
     radix = [n_sched[sched_inv], n_zero[dp_inv], np.full(len(tp), len(rcs)), n_sp, n_order]
