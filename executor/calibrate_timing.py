@@ -37,25 +37,23 @@ class Clock:
                 dist.barrier(group=group)  # start together
             calls, spent = 0, 0.0
             while (spent < self.min_time_s) if fixed is None else (calls < fixed):
-                if setup is not None:
-                    setup()
-                self.sync()
-                t0 = time.perf_counter()
-                fn()
-                self.sync()
-                spent += time.perf_counter() - t0
+                spent += self._timed_call(fn, setup)
                 calls += 1
             samples.append(spent / calls)
         return statistics.median(samples)
 
-    def _agreed_calls(self, fn: Callable[[], object], setup: Callable[[], object] | None, group) -> int:
+    def _timed_call(self, fn: Callable[[], object], setup: Callable[[], object] | None) -> float:
+        """Seconds of one call of `fn` (after its untimed `setup`), device work included."""
         if setup is not None:
             setup()
         self.sync()
         t0 = time.perf_counter()
         fn()
         self.sync()
-        probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=self.device)
+        return time.perf_counter() - t0
+
+    def _agreed_calls(self, fn: Callable[[], object], setup: Callable[[], object] | None, group) -> int:
+        probe = torch.tensor([self._timed_call(fn, setup)], dtype=torch.float64, device=self.device)
         if dist.is_initialized():
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
         return int(min(64, max(1, self.min_time_s // max(float(probe.item()), 1e-9))))
