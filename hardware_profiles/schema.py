@@ -121,6 +121,14 @@ class GPUProfile(Sourced):
         description="Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
         "GEMM plateau.",
     )
+    sustained_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Share of the isolated GEMM/attention throughput above that a training step sustains (1), "
+        "measured on a whole layer (benchmarks/measure_sustained_layer.py); null: the cost model's default, "
+        "fitted to Korthikanti et al. 2022 Table 4 on A100.",
+    )
     nvlink_bandwidth_Bps: float = Field(
         ge=0,
         description="GPU-to-GPU scale-up bandwidth per GPU per direction (bytes/s): NVLink, or the vendor's "

@@ -34,12 +34,6 @@ from planner.cost.efficiency import gemm_time_s
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
 
 
-# Element-wise passes per token and hidden unit that the itemised list above leaves out (bias adds, dropout
-# and its masks, fp32 norm statistics, casts, the unfused kernels of a real training stack), forward. FITTED to a
-# measurement: with it, the layer model reproduces Korthikanti et al. 2022 Table 4 (22B GPT layer on A100, TP 8,
-# 8192 tokens: forward 7.7 ms + backward 11.9 ms); reproduce with benchmarks/fit_layer_overhead.py. It is a
-# software-stack property, so the same count applies to every GPU at that GPU's memory bandwidth.
-UNITEMISED_ELEMENTS_PER_HIDDEN = 14.95
 
 
 def _elementwise_elements_per_token(ctx: CostContext) -> tuple[float, float]:
@@ -51,7 +45,7 @@ def _elementwise_elements_per_token(ctx: CostContext) -> tuple[float, float]:
     act = 3 * f if m.mlp == "swiglu" else 2 * f
     rope = 2 * (q_dim + kv_dim) if m.position == "rope" else 0
     tp_local = act + rope
-    replicated_without_sp = (4 + 6 + UNITEMISED_ELEMENTS_PER_HIDDEN) * m.hidden_size
+    replicated_without_sp = (4 + 6) * m.hidden_size
     return float(tp_local), float(replicated_without_sp)
 
 

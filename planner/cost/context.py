@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.model import ModelSpec
 from planner.workload import Workload
 
@@ -134,8 +135,17 @@ class CostContext:
         return float(self.gpu.peak_flops[self.compute_dtype])
 
     @cached_property
+    def sustained_fraction(self) -> float:
+        """How much of an isolated kernel benchmark's throughput a training step sustains (efficiency.py)."""
+        if self.gpu_kind_is_cpu:
+            return 1.0
+        measured = getattr(self.gpu, "sustained_fraction", None)
+        return float(measured) if measured else SUSTAINED_FRACTION_OF_ISOLATED
+
+    @cached_property
     def max_fraction(self) -> float:
-        return float(self.gpu.matmul_efficiency.max_fraction)
+        """GEMM plateau inside a training step: the profile's isolated plateau, sustained."""
+        return float(self.gpu.matmul_efficiency.max_fraction) * self.sustained_fraction
 
     @cached_property
     def half_flops(self) -> float:
@@ -145,7 +155,7 @@ class CostContext:
     def attention_efficiency(self) -> float:
         """Fraction of peak the fused attention kernel achieves (profile value; else the GEMM plateau)."""
         value = getattr(self.gpu, "attention_efficiency", None)
-        return float(value) if value else self.max_fraction
+        return float(value) * self.sustained_fraction if value else self.max_fraction
 
     @cached_property
     def memory_bandwidth_Bps(self) -> float:
