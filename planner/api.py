@@ -25,7 +25,7 @@ from planner.plan_checks import check_against_model
 from planner.solver.exact import SearchResult, exact_search
 from planner.solver.rank_costs import needs_typed_costing
 from planner.solver.refine import Refinement, refine
-from planner.solver.space import PIN_FIELDS, Pins, SearchLimits
+from planner.solver.space import PIN_FIELDS, SET_PIN_FIELDS, Pins, SearchLimits
 from planner.workload import Workload
 
 GiB = 2**30
@@ -170,6 +170,9 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     options = {k: v for k, v in pins.items() if k in context_names and v is not None}
     if "mesh_axes" in layout_pins:
         layout_pins["mesh_axes"] = tuple(layout_pins["mesh_axes"])
+    for name in SET_PIN_FIELDS:  # a list or set of allowed values (what a framework implements)
+        if isinstance(layout_pins.get(name), (list, set, frozenset)):
+            layout_pins[name] = tuple(sorted(layout_pins[name], key=str))
     return Pins(layout_pins), limits, options
 
 
@@ -215,7 +218,10 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
 
 
 def search(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, **pins: Any) -> list[Plan]:
-    """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`)."""
+    """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`).
+
+    `schedule`, `recompute` and `zero` also take a tuple of allowed values, to search only what a framework
+    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`)."""
     ctx, result = search_result(model, cluster, workload, top=top, **pins)
     return plans_from_result(ctx, result, pins)
 

@@ -30,6 +30,12 @@ class Workload(BaseModel):
         description="Attention runs as a fused FlashAttention kernel (Dao et al. 2022): causal blocks skipped, "
         "no attention-score activations stored. False models the unfused 2021-era attention.",
     )
+    overlap_dp_comm: bool = Field(
+        True,
+        description="Data-parallel gradient reduction and parameter gathers overlap with compute (PyTorch DDP/FSDP, "
+        "Megatron --overlap-grad-reduce/--overlap-param-gather). False models a framework that reduces after the "
+        "last backward, like Megatron-LM's 2021 local DDP.",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )

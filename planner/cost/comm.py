@@ -143,9 +143,10 @@ def dp_time_s(
     ar_rep = affine_calls(replicate_ar, grad_b / np.where(zero >= 1, shard, 1.0), units)
     mf = m.astype(float)
     bucket = 1.0 / np.maximum(layers.astype(float), 1.0)
-    if ctx.gpu_kind_is_cpu:
-        # CPU processes: the cores that compute also run gloo's copies and reductions, and FSDP has no side
-        # stream to overlap on, so nothing hides (measured: a 4-rank ZeRO-1 step waits out every unit's
+    if ctx.gpu_kind_is_cpu or not ctx.workload.overlap_dp_comm:
+        # A framework that does not overlap (Workload.overlap_dp_comm) exposes it all. CPU processes: the cores
+        # that compute also run gloo's copies and reductions, and FSDP has no side stream to overlap on, so
+        # nothing hides (measured: a 4-rank ZeRO-1 step waits out every unit's
         # reduce-scatter; see planner/cost/host_share.py for how CPU work shares cores).
         window_fwd_s, window_bwd_s = np.zeros_like(window_fwd_s), np.zeros_like(window_bwd_s)
 

@@ -29,6 +29,8 @@ PIN_FIELDS = (
     "dp", "tp", "pp", "cp", "ep", "micro_batch", "num_microbatches", "schedule", "virtual_stages", "zero",
     "dp_shard", "recompute", "sequence_parallel", "mesh_axes",
 )
+SET_PIN_FIELDS = ("schedule", "recompute", "zero")
+"""Knobs that also take a set of allowed values: what a framework implements (`schedule=("1f1b", "interleaved")`)."""
 
 
 def divisors(n: int) -> list[int]:
@@ -61,7 +63,18 @@ class Pins:
             )
 
     def allow(self, name: str, value: Any) -> bool:
-        return name not in self.values or self.values[name] == value
+        """Whether `value` of knob `name` is allowed: unpinned, equal to the pin, or in a pinned set of choices
+        (for the knobs in `SET_PIN_FIELDS`, e.g. the schedules a framework implements)."""
+        if name not in self.values:
+            return True
+        pinned = self.values[name]
+        if name in SET_PIN_FIELDS and isinstance(pinned, (tuple, list, set, frozenset)):
+            return value in pinned
+        return pinned == value
+
+    def explicitly_allows(self, name: str, value: Any) -> bool:
+        """Pinned to `value` or to a set containing it (dominated options are searched only when asked for)."""
+        return name in self.values and self.allow(name, value)
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -110,21 +123,22 @@ def expand_shapes(
 
 def _schedules(pp: int, m: int, L: int, pins: Pins, limits: SearchLimits) -> list[tuple[int, int]]:
     """(schedule code, virtual stages) options of a pipeline of pp ranks with m micro-batches."""
-    pin_sched = pins.get("schedule")
     scheds: list[tuple[int, int]] = []
     if pp == 1:
-        if pin_sched is None or pin_sched in ("1f1b", "gpipe"):
-            scheds = [(SCHEDULES.index(pin_sched or "1f1b"), 1)]
+        # One stage: every schedule is the same loop; report it as 1F1B unless only GPipe is allowed.
+        for name in ("1f1b", "gpipe"):
+            if pins.allow("schedule", name):
+                return [(SCHEDULES.index(name), 1)]
         return scheds
     if m >= pp:
         scheds += [(1, 1), (3, 1)]
-        if pin_sched == "gpipe" or not limits.prune_dominated:
+        if pins.explicitly_allows("schedule", "gpipe") or not limits.prune_dominated:
             scheds.append((0, 1))
         if m % pp == 0:
             scheds += [(2, v) for v in range(2, limits.max_virtual_stages + 1) if pp * v <= L]
     else:
         scheds.append((0, 1))
-    return [(s, v) for s, v in scheds if (pin_sched is None or SCHEDULES[s] == pin_sched) and pins.allow("virtual_stages", v)]
+    return [(s, v) for s, v in scheds if pins.allow("schedule", SCHEDULES[s]) and pins.allow("virtual_stages", v)]
 
 
 def _zero_options(dp: int, pins: Pins) -> list[tuple[int, int]]:
@@ -167,7 +181,7 @@ def expand_pairs(
     pin_order = pins.get("mesh_axes")
     orders = list(range(NUM_SEARCHED_ORDERS)) if pin_order is None else [MESH_ORDERS.index(tuple(pin_order))]
     rcs = [i for i, r in enumerate(RECOMPUTE) if pins.allow("recompute", r)]
-    if flash_attention and "recompute" not in pins.values and limits.prune_dominated:
+    if flash_attention and not pins.explicitly_allows("recompute", "selective") and limits.prune_dominated:
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
         # memory and only adds the attention core's forward again: dominated by "none".
         rcs = [i for i in rcs if RECOMPUTE[i] != "selective"]

@@ -266,7 +266,8 @@ def test_calibrated_step_is_at_least_the_host_bound(calibrated: Path) -> None:
 
 
 def test_dp_collectives_pay_their_latency_once_per_unit() -> None:
-    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False)
+    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False,
+                          workload=SimpleNamespace(overlap_dp_comm=True))
     lat, per_byte = 1e-3, 1e-9
     coeffs = (np.array([lat]), np.array([per_byte]))
     zero = np.array([0])
