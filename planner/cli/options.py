@@ -89,6 +89,9 @@ INPUTS = OptionGroup("inputs", (
     _opt("seq_len", int, "--seq-len", f"Tokens per sequence. (default: {DEFAULT_SEQ_LEN})", _IN),
     _opt("no_flash_attention", bool, "--no-flash-attention",
          "Cost attention without FlashAttention (scores stored; selective recompute helps).", _IN, default=False),
+    _opt("no_dp_overlap", bool, "--no-dp-overlap",
+         "The framework reduces gradients after the last backward instead of overlapping DP/FSDP traffic with "
+         "compute (e.g. Megatron-LM without --overlap-grad-reduce).", _IN, default=False),
 ))
 
 PINS = OptionGroup("pins", (
@@ -191,7 +194,8 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     if batch is None and tokens is None:
         tokens = DEFAULT_GLOBAL_BATCH_TOKENS
     try:
-        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len)
+        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len,
+                            overlap_dp_comm=not raw.get("no_dp_overlap"))
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
