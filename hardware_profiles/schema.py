@@ -121,6 +121,12 @@ class GPUProfile(Sourced):
         description="Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
         "GEMM plateau.",
     )
+    attention_half_flops: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fixed per-call cost of the fused attention kernel, as the forward FLOPs it would do in that time "
+        "at attention_efficiency (FLOP); null: the GEMM curve's half_flops.",
+    )
     sustained_fraction: float | None = Field(
         default=None,
         gt=0,

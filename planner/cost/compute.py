@@ -94,7 +94,7 @@ def layer_time_s(
         # One fused kernel per micro-batch at the attention kernel's own efficiency (GPU profile), which is
         # below the GEMM plateau: softmax and masking run between the two matmuls inside the kernel.
         attn_eff = ctx.attention_efficiency
-        attn_f = np.where(attn_flops > 0, (attn_flops + half) / (peak * attn_eff), 0.0)
+        attn_f = np.where(attn_flops > 0, (attn_flops + ctx.attention_half_flops) / (peak * attn_eff), 0.0)
         attn_b = FLASH_BACKWARD_TO_FORWARD * attn_f
     else:
         # Two batched GEMMs on the GEMM curve plus the element-wise passes over the full score matrix.

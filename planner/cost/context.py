@@ -158,6 +158,12 @@ class CostContext:
         return float(value) * self.sustained_fraction if value else self.max_fraction
 
     @cached_property
+    def attention_half_flops(self) -> float:
+        """Fixed per-call cost of the fused attention kernel in FLOPs (profile value; else the GEMM knee)."""
+        value = getattr(self.gpu, "attention_half_flops", None)
+        return float(value) if value else self.half_flops
+
+    @cached_property
     def memory_bandwidth_Bps(self) -> float:
         return float(self.gpu.memory_bandwidth_Bps)
 

@@ -72,6 +72,7 @@ def plans() -> dict[str, Plan]:
     return {
         "best": search(MODEL, CLUSTER, WORKLOAD)[0],
         "tp2pp2": search(MODEL, CLUSTER, WORKLOAD, tp=2, pp=2)[0],
+        "tp8pp2": search(MODEL, CLUSTER, WORKLOAD, tp=8, pp=2)[0],
         "hsdp": search(MODEL, CLUSTER, WORKLOAD, pp=4, zero=3, dp_shard=2)[0],
     }
 
@@ -146,9 +147,9 @@ def test_memory_blocked_neighbour_is_real(plans: dict[str, Plan]) -> None:
 
 
 def test_pinned_plan_says_it_is_not_optimal(plans: dict[str, Plan]) -> None:
-    item = next(k for k in explain(plans["tp2pp2"]).knobs if k.knob == "tp")
-    assert item.runner_up is not None and item.runner_up.delta_pct < 0
-    assert item.verdict.startswith("TP=1") and "faster" in item.verdict
+    item = next(k for k in explain(plans["tp8pp2"]).knobs if k.knob == "tp")  # TP 8 is pinned: a lower TP wins
+    assert item.runner_up is not None and item.runner_up.delta_pct < 0 and int(item.runner_up.value) < 8
+    assert item.verdict.startswith(f"TP={item.runner_up.value}") and "faster" in item.verdict
 
 
 def test_not_applicable_knobs(plans: dict[str, Plan]) -> None:

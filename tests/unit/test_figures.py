@@ -55,7 +55,8 @@ def plans() -> dict[str, Plan]:
         "cp": _small(pp=2, cp=2, tp=2, schedule="1f1b", recompute="selective"),
         "cp-full": _small(pp=2, cp=2, tp=1, schedule="interleaved", virtual_stages=2, recompute="full"),
         "cp-exposed": _small(pp=1, cp=8, tp=2, recompute="full"),  # K/V all-gather not hidden by attention
-        "cp-exposed-zb": _small(pp=2, cp=8, tp=1, schedule="zb-h1"),  # ZB-H1's bubble reads the forward times
+        # ZB-H1's bubble reads the forward times; CP outermost puts each CP group across both hosts (exposed)
+        "cp-exposed-zb": _small(pp=2, cp=8, tp=1, schedule="zb-h1", mesh_axes=("cp", "pp", "dp_replicate", "dp_shard", "tp")),
         "pp1": _small(pp=1),
     }
 
