@@ -18,6 +18,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import burst_s
 
 SQUARE = [256, 512, 1024, 2048, 4096, 8192]
 # (tokens, in, out) of one rank's QKV / projection / MLP GEMMs at micro-batch 1-4, TP 1-8, hidden 2048-16384.
@@ -30,21 +31,11 @@ LAYER_SHAPES = [
 ATTENTION = [(1, 16, 4096, 128), (4, 8, 2048, 96), (1, 32, 8192, 128), (2, 16, 2048, 64), (1, 12, 4096, 128)]
 
 
-def _burst_s(fn, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / calls
-
-
 def best_s(fn, bursts: int = 20, calls: int = 10) -> float:
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    return min(_burst_s(fn, calls) for _ in range(bursts))
+    return min(burst_s(fn, calls) for _ in range(bursts))
 
 
 def measure_gemms() -> list[dict]:

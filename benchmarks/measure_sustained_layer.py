@@ -23,18 +23,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import burst_s
 
 TOKENS, HIDDEN, HEADS, HEAD_DIM, FFN, SEQ = 8192, 6144, 8, 96, 3072, 2048
-
-
-def _timed(fn, iters: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
 
 
 def isolated_gemm_s(m: int, k: int, n: int) -> float:
@@ -44,7 +35,7 @@ def isolated_gemm_s(m: int, k: int, n: int) -> float:
     for _ in range(5):
         a @ b
     torch.cuda.synchronize()
-    return min(_timed(lambda: a @ b, 10) for _ in range(20))
+    return min(burst_s(lambda: a @ b, 10) for _ in range(20))
 
 
 class LayerShard(torch.nn.Module):
@@ -71,11 +62,11 @@ def sustained_s(fn, seconds: float) -> float:
     """Median per-iteration time over `seconds` of back-to-back iterations, after 3 s of warm-up."""
     t_end = time.perf_counter() + 3.0
     while time.perf_counter() < t_end:
-        _timed(fn, 5)
+        burst_s(fn, 5)
     samples = []
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:
-        samples.append(_timed(fn, 5))
+        samples.append(burst_s(fn, 5))
     return statistics.median(samples)
 
 
