@@ -88,7 +88,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # backward (not overlapped), unfused attention (no FlashAttention, 2022); no context or expert parallelism.
         "features": {"schedule": ("1f1b", "interleaved"), "recompute": ("none", "full"), "zero": 0,
                      "sequence_parallel": False, "cp": 1, "ep": 1},
-        "workload": {"flash_attention": False, "overlap_dp_comm": False},
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron"},
     },
     "deepspeed-2021-zero3": {
         # Narayanan et al. 2021 Table 2 baseline: DeepSpeed ZeRO-3 "without any model parallelism".
@@ -101,7 +101,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # (distributed optimizer) and --tp-comm-overlap (which requires sequence parallelism); 1F1B and
         # interleaved schedules (no zero-bubble schedule in Megatron-Core r0.8); FlashAttention via Transformer Engine.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1)},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron"},
     },
 }
 

@@ -10,8 +10,11 @@ ZeRO-1 and ZeRO-2 are "ZeRO-2-like" in FSDP2 terms: parameters stay unsharded be
 (no re-gather, the memory cost of ZeRO-1/2's full weights), optimizer state and the gradients handed to the
 optimizer are sharded. The difference between 1 and 2 is when gradients are reduced: once per step from
 an unsharded accumulator (1) or every micro-batch into a sharded one (2); see `step.forward_backward`.
-Under pipeline parallelism the schedule owns that choice (PyTorch's stages reduce once, after the last
-micro-batch), so there ZeRO-2 behaves as ZeRO-1.
+Under pipeline parallelism the schedule owns that choice: PyTorch's stages turn gradient sync and
+post-backward resharding off for every micro-batch and reduce once after the last one
+(`PipelineStage.backward_maybe_with_nosync` / `perform_reduce_grad`), so there ZeRO-2 behaves as ZeRO-1 and
+ZeRO-3 keeps each layer gathered from its first backward to the step's end; the planner costs exactly that
+(planner.cost.memory.state_sharding_stage).
 
 Units: each decoder layer is its own FSDP unit (its all-gather overlaps the previous layer's compute), the
 chunk root holds embeddings, final norm and head. Exception, `per_layer=False`: the zero-bubble pipeline

@@ -155,8 +155,15 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
     )
     inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
+    if layout.pp > 1 and layout.zero >= 2:
+        notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
+                 "pipeline schedule keeps gradients (and ZeRO-3's gathered weights) unsharded until the step's one "
+                 "gradient reduction, so only the optimizer state is sharded; costed that way")
     return Plan(inputs=inputs, layout=layout, placement=_placement(ctx, W), prediction=prediction,
                 proven_optimal=proven, notes=notes)
+
+
+MAX_PIN_VALUE = 2**31 - 1
 
 
 def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
@@ -166,6 +173,11 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     unknown = set(layout_pins) - set(PIN_FIELDS)
     if unknown:
         raise UserError(f"unknown option(s) {sorted(unknown)}", fix=f"pin one of {', '.join(PIN_FIELDS)}")
+    for name, value in layout_pins.items():
+        # Degrees and sizes beyond any cluster would overflow the vectorised int64 search columns.
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PIN_VALUE:
+            raise UserError(f"{value} is larger than any layout can be", where="--" + name.replace("_", "-"),
+                            fix=f"pin at most {MAX_PIN_VALUE:,} (the GPU count bounds every degree)")
     limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and v is not None})
     options = {k: v for k, v in pins.items() if k in context_names and v is not None}
     if "mesh_axes" in layout_pins:

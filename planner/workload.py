@@ -36,6 +36,14 @@ class Workload(BaseModel):
         "Megatron --overlap-grad-reduce/--overlap-param-gather). False models a framework that reduces after the "
         "last backward, like Megatron-LM's 2021 local DDP.",
     )
+    runtime: Literal["pytorch", "megatron"] = Field(
+        "pytorch",
+        description="Training stack the plan runs on. pytorch (meshplan run, TorchTitan): FSDP2/DDP with "
+        "torch.distributed.pipelining, whose schedules reduce gradients once after the last backward (exposed) "
+        "and keep ZeRO-2/3 gradients and weights unsharded until then. megatron (Megatron-Core): the "
+        "distributed optimizer overlaps the gradient reduce-scatter with the last micro-batch's backward under "
+        "pipeline parallelism too.",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )

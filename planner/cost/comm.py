@@ -116,6 +116,7 @@ def dp_time_s(
     window_fwd_s: np.ndarray,
     window_bwd_s: np.ndarray,
     layers: np.ndarray,
+    pp: np.ndarray,
 ) -> np.ndarray:
     """Exposed data-parallel time per step on one pipeline rank holding `params` parameters.
 
@@ -131,6 +132,11 @@ def dp_time_s(
     gradient traffic hides behind the last micro-batch's backward, per-step parameter gathers behind the next
     step's first forward, and per-micro-batch traffic behind that micro-batch's forward/backward; only the
     excess is exposed, plus one layer's bucket (the first gather / last reduction cannot overlap).
+    Under pipeline parallelism (pp > 1) the pipeline schedule owns gradient synchronisation
+    (memory.state_sharding_stage): ZeRO-2 reduces once per step like ZeRO-1; ZeRO-3 gathers W for the first
+    forward and for every micro-batch's backward (the forward reshards, the backward does not) and reduces G
+    once. With the pytorch runtime that once-per-step reduction runs after the last backward
+    (`PipelineStage.perform_reduce_grad`), so nothing hides it; Megatron-Core overlaps it as without PP.
     """
     grad_b = params * ctx.grad_bytes
     w_b = params * ctx.weight_bytes
@@ -153,10 +159,16 @@ def dp_time_s(
     def hidden(comm, window):
         return np.maximum(comm - window, comm * bucket)
 
-    z0 = hidden(ar_rep, window_bwd_s)
-    z1 = hidden(rs + ar_rep, window_bwd_s) + hidden(ag, window_fwd_s)
+    piped = np.asarray(pp) > 1
+    # The once-per-step gradient reduction: behind the last backward, except after a PyTorch pipeline schedule.
+    step_grad_window = np.where(piped & (ctx.workload.runtime == "pytorch"), 0.0, window_bwd_s)
+    z0 = hidden(ar_rep, step_grad_window)
+    z1 = hidden(rs + ar_rep, step_grad_window) + hidden(ag, window_fwd_s)
     z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + hidden(ag, window_fwd_s)
     z3 = mf * (hidden(ag, window_fwd_s) + hidden(ag + rs, window_bwd_s)) + hidden(ar_rep, window_bwd_s)
+    z3_piped = hidden(ag, window_fwd_s) + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)
+    z2 = np.where(piped, z1, z2)
+    z3 = np.where(piped, z3_piped, z3)
     return np.select([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3)
 
 

@@ -212,7 +212,7 @@ def evaluate_table(
     head_local = ctx.head_params / tp
     act = memory.activation_bytes_per_layer(ctx, mb, tp, cp, sp, rc)
     reserve = memory.reserve_bytes(ctx)
-    buf = memory.fsdp_buffer_bytes(ctx, layer_local, zero)
+    buf = memory.fsdp_buffer_bytes(ctx, layer_local, zero, pp)
     logits = memory.logits_bytes(ctx, mb, tp, cp)
     if rank_layers is not None:
         return _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f, head_f, e_first, e_last,
@@ -254,7 +254,7 @@ def evaluate_table(
     for params, n in ((params0, n0), (paramsm, nm), (paramsl, nl)):
         dp_terms.append(
             comm.dp_time_s(ctx, params, zero, m, rs_shard, ag_shard, ar_rep, shard,
-                           n * u_fwd, n * (u - u_fwd), n)
+                           n * u_fwd, n * (u - u_fwd), n, pp)
         )
     dp_t = np.where(single, dp_terms[0], np.maximum(np.maximum(dp_terms[0], np.where(pp > 2, dp_terms[1], 0)), dp_terms[2]))
     params_max = np.where(single, params0, np.maximum(np.maximum(params0, np.where(pp > 2, paramsm, 0)), paramsl))
@@ -267,7 +267,7 @@ def evaluate_table(
 
     # Memory of the representative ranks.
     def rank_mem(rank, n_layers, params, extra):
-        wgt, grd, opt_b = memory.model_state_bytes(ctx, params, zero, shard)
+        wgt, grd, opt_b = memory.model_state_bytes(ctx, params, zero, shard, pp)
         infl = memory.inflight_microbatches(sched, rank, pp, v, m)
         return wgt + grd + opt_b + act * n_layers * infl + buf + extra + reserve
 
@@ -332,7 +332,7 @@ def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f
     params = n * col(layer_local) + first * col(emb_local) + last * col(head_local)
     dp_all = np.stack([
         comm.dp_time_s(ctx, params[:, r], zero, m, rs_shard, ag_shard, ar_rep, shard,
-                       n[:, r] * u_fwd, n[:, r] * (u - u_fwd), n[:, r])
+                       n[:, r] * u_fwd, n[:, r] * (u - u_fwd), n[:, r], pp)
         for r in range(p)
     ], axis=1)
     dp_t = dp_all.max(axis=1)
@@ -342,7 +342,7 @@ def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f
                                     mf * n_bn * (u_tp + u_cp + u_ep) + p2p + dp_t)
     ranks = np.arange(p).reshape(1, -1)
     infl = memory.inflight_microbatches(col(sched), ranks, col(pp), col(v), col(m))
-    wgt, grd, opt_b = memory.model_state_bytes(ctx, params, col(zero), col(shard))
+    wgt, grd, opt_b = memory.model_state_bytes(ctx, params, col(zero), col(shard), col(pp))
     acts = col(act) * n * infl
     logit_b = last * col(logits)
     buf_b = np.broadcast_to(col(buf), n.shape)

@@ -2,7 +2,8 @@
 
 Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision Adam, K = 12):
   16-bit weights 2 B, 16-bit gradients 2 B, fp32 master + Adam moments 12 B per parameter; ZeRO-1 shards the
-  12 B over the DP sharding group, ZeRO-2 also the gradients, ZeRO-3 also the weights. fp32 runs (CPU):
+  12 B over the DP sharding group, ZeRO-2 also the gradients, ZeRO-3 also the weights (without pipeline
+  parallelism; with it ZeRO-2/3 hold weights and gradients like ZeRO-1, see `state_sharding_stage`). fp32 runs (CPU):
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
   embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank.
 
@@ -78,14 +79,25 @@ def inflight_microbatches(schedule: np.ndarray, rank: np.ndarray, pp: np.ndarray
     return np.minimum(out, m.astype(float))
 
 
+def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """The ZeRO stage whose memory a rank really has: under pipeline parallelism ZeRO-2 and ZeRO-3 hold
+    weights and gradients like ZeRO-1. PyTorch's pipeline stages (torch.distributed.pipelining,
+    `PipelineStage.backward_maybe_with_nosync`) turn FSDP's gradient sync and post-backward resharding off for
+    every micro-batch and reduce once after the last one (`perform_reduce_grad`), so gradients accumulate
+    unsharded and ZeRO-3 weights stay gathered after each backward; Megatron-Core has no ZeRO-2/3 and
+    DeepSpeed's pipeline engine supports ZeRO-1 only."""
+    return np.where((np.asarray(pp) > 1) & (np.asarray(zero) >= 2), 1, zero)
+
+
 def model_state_bytes(
-    ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray
+    ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray, pp: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU."""
     shard = dp_shard.astype(float)
-    w = params * ctx.weight_bytes / np.where(zero >= 3, shard, 1.0)
-    g = params * ctx.grad_bytes / np.where(zero >= 2, shard, 1.0)
-    o = params * ctx.optimizer_bytes / np.where(zero >= 1, shard, 1.0)
+    stage = state_sharding_stage(zero, pp)
+    w = params * ctx.weight_bytes / np.where(stage >= 3, shard, 1.0)
+    g = params * ctx.grad_bytes / np.where(stage >= 2, shard, 1.0)
+    o = params * ctx.optimizer_bytes / np.where(stage >= 1, shard, 1.0)
     return w, g, o
 
 
@@ -94,9 +106,10 @@ def logits_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray
     return 2 * 4 * s * b.astype(float) * ctx.model.vocab_size / tp.astype(float)
 
 
-def fsdp_buffer_bytes(ctx: CostContext, layer_params_local: np.ndarray, zero: np.ndarray) -> np.ndarray:
-    """Two gathered layers (current + prefetched) of weights and unsharded gradients under ZeRO-3."""
-    return np.where(zero >= 3, 2 * layer_params_local * (ctx.weight_bytes + ctx.grad_bytes), 0.0)
+def fsdp_buffer_bytes(ctx: CostContext, layer_params_local: np.ndarray, zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Two gathered layers (current + prefetched) of weights and unsharded gradients under ZeRO-3 (none under
+    pipeline parallelism, where the whole stage stays gathered: `state_sharding_stage`)."""
+    return np.where(state_sharding_stage(zero, pp) >= 3, 2 * layer_params_local * (ctx.weight_bytes + ctx.grad_bytes), 0.0)
 
 
 def reserve_bytes(ctx: CostContext) -> float:

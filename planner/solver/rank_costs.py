@@ -121,12 +121,13 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     for r, c in enumerate(rank_ctx):
         infl = float(memory.inflight_microbatches(sched, np.array([r]), table["pp"], v, m)[0])
         act = float(memory.activation_bytes_per_layer(c, mb, table["tp"], cp, sp, rc)[0])
-        states = np.array([sum(x[0] for x in memory.model_state_bytes(c, np.array([lp]), zero, shard))
+        states = np.array([sum(x[0] for x in memory.model_state_bytes(c, np.array([lp]), zero, shard, table["pp"]))
                            for lp in layer_params])
         layer_mem[r] = states + act * infl
-        extra_states = sum(float(x[0]) for x in memory.model_state_bytes(c, np.array([extra_params[r]]), zero, shard))
+        extra_states = sum(float(x[0]) for x in memory.model_state_bytes(c, np.array([extra_params[r]]), zero, shard,
+                                                                         table["pp"]))
         logits = float(memory.logits_bytes(c, mb, table["tp"], cp)[0]) if last[r] else 0.0
-        buf = float(memory.fsdp_buffer_bytes(c, np.array([layer_params.max()]), zero)[0])
+        buf = float(memory.fsdp_buffer_bytes(c, np.array([layer_params.max()]), zero, table["pp"])[0])
         fixed[r] = extra_states + logits + buf + memory.reserve_bytes(c)
         cap[r] = c.memory_capacity_bytes
     return RankCosts(
@@ -165,7 +166,8 @@ def evaluate_partition(ctx: CostContext, costs: RankCosts, counts: np.ndarray) -
     fwd_window = (n * costs.layer_fwd_s).sum(axis=1)
     bwd_window = (n * (costs.layer_s - costs.layer_fwd_s)).sum(axis=1)
     dp_t = max(float(comm.dp_time_s(ctx, one(params[r]), zero, m, lc.rs_shard, lc.ag_shard, lc.ar_rep, shard,
-                                    one(fwd_window[r]), one(bwd_window[r]), one(layers[r]))[0]) for r in range(p))
+                                    one(fwd_window[r]), one(bwd_window[r]), one(layers[r]), one(p))[0])
+               for r in range(p))
     opt = max(float(comm.optimizer_step_s(c, one(params[r]), zero, shard)[0]) for r, c in enumerate(costs.contexts))
     bn = int(t.argmax())
     # CPU processes sharing a host's cores (cost.host_share), with the mean compute of the layers as placed.
@@ -197,13 +199,14 @@ def _rank_memory(costs: RankCosts, n: np.ndarray, params: np.ndarray) -> dict[st
     names = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
     out = {k: np.zeros((1, p)) for k in names}
     for r, c in enumerate(costs.contexts):
-        states = memory.model_state_bytes(c, np.array([params[r]]), table["zero"], table["dp_shard"])
+        states = memory.model_state_bytes(c, np.array([params[r]]), table["zero"], table["dp_shard"], table["pp"])
         out["weights"][0, r], out["gradients"][0, r], out["optimizer"][0, r] = (float(x[0]) for x in states)
         infl = float(memory.inflight_microbatches(table["sched"], np.array([r]), table["pp"], table["v"], table["m"])[0])
         act = float(memory.activation_bytes_per_layer(c, table["mb"], table["tp"], table["cp"], sp, table["rc"])[0])
         out["activations"][0, r] = act * n[r].sum() * infl
         out["logits"][0, r] = float(memory.logits_bytes(c, table["mb"], table["tp"], table["cp"])[0]) if r == p - 1 else 0.0
-        out["buffers"][0, r] = float(memory.fsdp_buffer_bytes(c, np.array([costs.layer_params.max()]), table["zero"])[0])
+        out["buffers"][0, r] = float(memory.fsdp_buffer_bytes(c, np.array([costs.layer_params.max()]), table["zero"],
+                                                              table["pp"])[0])
         out["reserve"][0, r] = memory.reserve_bytes(c)
     out["total"] = sum(out[k] for k in names)
     return out

@@ -11,7 +11,8 @@ Validity (each rule names its reason):
 - dp * tp * pp * cp <= GPUs (idle GPUs are allowed and reported).
 Dominated options are left out unless pinned, because they can never be strictly better under the cost model:
 sequence parallelism off when tp > 1 (SP moves the same bytes with less element-wise work and less memory,
-Korthikanti et al. 2022), and GPipe when 1F1B is valid (same time, more activation memory).
+Korthikanti et al. 2022), GPipe when 1F1B is valid (same time, more activation memory), and ZeRO-2/3 with
+pp > 1 (ZeRO-1's memory, at least its communication: `_zero_options`).
 HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade gather bandwidth for memory).
 """
 
@@ -141,11 +142,17 @@ def _schedules(pp: int, m: int, L: int, pins: Pins, limits: SearchLimits) -> lis
     return [(s, v) for s, v in scheds if pins.allow("schedule", SCHEDULES[s]) and pins.allow("virtual_stages", v)]
 
 
-def _zero_options(dp: int, pins: Pins) -> list[tuple[int, int]]:
-    """(ZeRO stage, sharding group size) options for data-parallel degree dp (HSDP groups for ZeRO-3)."""
+def _zero_options(dp: int, pp: int, pins: Pins, limits: SearchLimits) -> list[tuple[int, int]]:
+    """(ZeRO stage, sharding group size) options for data-parallel degree dp (HSDP groups for ZeRO-3).
+
+    With pp > 1, ZeRO-2 and ZeRO-3 keep ZeRO-1's memory (the pipeline schedule holds gradients and gathered
+    weights until the step's reduction, cost.memory.state_sharding_stage) at ZeRO-1's or more communication,
+    so they are dominated and searched only when asked for."""
     zs = []
     for z in range(4):
         if not pins.allow("zero", z):
+            continue
+        if pp > 1 and z >= 2 and limits.prune_dominated and not pins.explicitly_allows("zero", z):
             continue
         shards = [1] if z == 0 else divisors(dp) if z == 3 else [dp]
         if "dp_shard" in pins.values:
@@ -188,8 +195,8 @@ def expand_pairs(
     # Schedules per distinct (pp, m); ZeRO options per distinct dp.
     sched_keys, sched_inv = np.unique(np.stack([pp, m]), axis=1, return_inverse=True)
     sched_opts, n_sched = _padded([_schedules(int(p), int(q), model.num_layers, pins, limits) for p, q in sched_keys.T], 2)
-    dp_keys, dp_inv = np.unique(dp, return_inverse=True)
-    zero_opts, n_zero = _padded([_zero_options(int(d), pins) for d in dp_keys], 2)
+    dp_keys, dp_inv = np.unique(np.stack([dp, np.minimum(pp, 2)]), axis=1, return_inverse=True)
+    zero_opts, n_zero = _padded([_zero_options(int(d), int(p), pins, limits) for d, p in dp_keys.T], 2)
     sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
     # SP: off for tp == 1; else the pin, or on (off is dominated), or both when dominated options are kept.
     sp_multi = [1] if pin_sp is None and limits.prune_dominated else [1, 0] if pin_sp is None else [int(pin_sp)]

@@ -266,23 +266,23 @@ def test_calibrated_step_is_at_least_the_host_bound(calibrated: Path) -> None:
 
 
 def test_dp_collectives_pay_their_latency_once_per_unit() -> None:
-    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False,
-                          workload=SimpleNamespace(overlap_dp_comm=True))
+    workload = SimpleNamespace(overlap_dp_comm=True, runtime="pytorch")
+    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False, workload=workload)
     lat, per_byte = 1e-3, 1e-9
     coeffs = (np.array([lat]), np.array([per_byte]))
     zero = np.array([0])
     params, layers = np.array([1e6]), np.array([3])
     t = comm.dp_time_s(ctx, params, zero, np.array([1]), coeffs, coeffs, coeffs, np.array([1]),
-                       np.array([0.0]), np.array([0.0]), layers)
+                       np.array([0.0]), np.array([0.0]), layers, np.array([1]))
     # ZeRO-0, nothing to hide behind: one all-reduce per unit (3 layers + the root) of 4 MB in all.
     assert t[0] == pytest.approx(4 * lat + 4e6 * per_byte)
     # On an accelerator a backward window hides all but the last unit's share; on CPU processes nothing hides.
     window = np.array([1.0])
     hidden = comm.dp_time_s(ctx, params, zero, np.array([1]), coeffs, coeffs, coeffs, np.array([1]),
-                            window, window, layers)
+                            window, window, layers, np.array([1]))
     assert hidden[0] == pytest.approx((4 * lat + 4e6 * per_byte) / 3)
-    cpu = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=True)
+    cpu = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=True, workload=workload)
     exposed = comm.dp_time_s(cpu, params, zero, np.array([1]), coeffs, coeffs, coeffs, np.array([1]),
-                             window, window, layers)
+                             window, window, layers, np.array([1]))
     assert exposed[0] == pytest.approx(4 * lat + 4e6 * per_byte)
     assert math.isfinite(exposed[0])

@@ -63,3 +63,48 @@ def test_gemm_plateau_is_the_profile_plateau_sustained(gpu_cluster: str, sustain
                        Workload(global_batch=8, seq_len=64))
     assert ctx.sustained_fraction == pytest.approx(sustained)
     assert ctx.max_fraction == pytest.approx(ctx.gpu.matmul_efficiency.max_fraction * sustained)
+
+
+def _evaluate(setting, workload: Workload | None = None, **layout):
+    model, cluster, default = setting
+    plan = planner.search(model, cluster, workload or default, top=1, **layout)[0]
+    return plan.prediction, plan
+
+
+def test_zero2_and_zero3_under_pipeline_hold_zero1_weights_and_gradients(setting) -> None:
+    shape = dict(dp=4, tp=2, pp=4, micro_batch=1, schedule="1f1b", recompute="none",
+                 mesh_axes=("pp", "dp_replicate", "dp_shard", "cp", "tp"))
+    (z1, _), (z2, plan2), (z3, plan3) = (_evaluate(setting, zero=z, **shape) for z in (1, 2, 3))
+    for other in (z2, z3):
+        for a, b in zip(z1.memory_per_stage, other.memory_per_stage):
+            assert (a.weights_bytes, a.gradients_bytes, a.optimizer_bytes) == (b.weights_bytes, b.gradients_bytes,
+                                                                               b.optimizer_bytes)
+            assert b.buffers_bytes == 0
+    # ZeRO-2 reduces once per step under PP, exactly like ZeRO-1; ZeRO-3 also gathers weights every backward.
+    assert z2.step_time_s == pytest.approx(z1.step_time_s, rel=1e-12)
+    assert z3.breakdown.dp_comm_s > z1.breakdown.dp_comm_s
+    assert any("holds weights and gradients like ZeRO-1" in n for n in plan2.notes + plan3.notes)
+    # Without PP, ZeRO-2 shards the gradients and ZeRO-3 the weights as well.
+    flat = dict(dp=16, dp_shard=16, tp=2, pp=1, micro_batch=1, recompute="none")
+    (f1, _), (f3, _) = (_evaluate(setting, zero=z, **flat) for z in (1, 3))
+    assert f3.memory_per_stage[0].weights_bytes < f1.memory_per_stage[0].weights_bytes / 8
+
+
+def test_search_leaves_dominated_zero_stages_out_under_pipeline(setting) -> None:
+    model, cluster, workload = setting
+    plans = planner.search(model, cluster, workload, top=40, pp=4)
+    assert {p.layout.zero for p in plans} <= {0, 1}
+
+
+def test_pytorch_pipeline_reduces_gradients_after_the_last_backward(setting) -> None:
+    """PyTorch's pipeline schedules reduce once after the last backward (exposed); Megatron-Core overlaps it."""
+    shape = dict(dp=4, tp=2, pp=4, micro_batch=1, schedule="1f1b", recompute="none", zero=1)
+    torch_run, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="pytorch"), **shape)
+    megatron, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="megatron"), **shape)
+    assert torch_run.breakdown.dp_comm_s > 2 * megatron.breakdown.dp_comm_s
+    assert torch_run.breakdown.compute_s == pytest.approx(megatron.breakdown.compute_s)
+    # Without PP both overlap it the same way.
+    flat = dict(dp=16, tp=2, pp=1, micro_batch=1, recompute="none", zero=1)
+    a, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="pytorch"), **flat)
+    b, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="megatron"), **flat)
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)

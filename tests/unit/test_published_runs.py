@@ -1,7 +1,7 @@
 """Regression guard for the cost model against published runs (benchmarks/published_runs.py on a subset).
 
 The issue's targets (mean |error| <= 5 %, max <= 10 %, published layout in the top 5 for every case) are not all
-met: the full benchmark gives mean |error| 5.3 % on the Megatron-Core 2024 H100 runs, 8.2 % on the 2021
+met: the full benchmark gives mean |error| 6.3 % on the Megatron-Core 2024 H100 runs, 8.2 % on the 2021
 Megatron-LM runs, and 30-79 % on the 2021 DeepSpeed ZeRO-3 baselines (see the benchmark's output). This test
 keeps one case of each Megatron family in the band the model reaches now, on the side it errs, and checks that
 the planner ranks the published layout where it does now, so an accidental change to the cost model fails CI.
