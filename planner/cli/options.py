@@ -48,6 +48,11 @@ class ScheduleChoice(str, Enum):
     zb_h1 = "zb-h1"
 
 
+class RuntimeChoice(str, Enum):
+    pytorch = "pytorch"
+    megatron = "megatron"
+
+
 class RecomputeChoice(str, Enum):
     none = "none"
     selective = "selective"
@@ -92,6 +97,9 @@ INPUTS = OptionGroup("inputs", (
     _opt("no_dp_overlap", bool, "--no-dp-overlap",
          "The framework reduces gradients after the last backward instead of overlapping DP/FSDP traffic with "
          "compute (e.g. Megatron-LM without --overlap-grad-reduce).", _IN, default=False),
+    _opt("runtime", RuntimeChoice, "--runtime",
+         "Training stack: pytorch (meshplan run, TorchTitan; PP reduces gradients after the last backward) or "
+         "megatron (Megatron-Core; overlapped under PP too). (default: pytorch)", _IN),
 ))
 
 PINS = OptionGroup("pins", (
@@ -194,8 +202,10 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     if batch is None and tokens is None:
         tokens = DEFAULT_GLOBAL_BATCH_TOKENS
     try:
+        runtime = raw.get("runtime")
         workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len,
-                            overlap_dp_comm=not raw.get("no_dp_overlap"))
+                            overlap_dp_comm=not raw.get("no_dp_overlap"),
+                            runtime=getattr(runtime, "value", runtime) or "pytorch")
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
