@@ -129,6 +129,7 @@ def stats_table(stats: Any, wall_s: float) -> Table:
     table.add_row("shapes (dp x tp x pp x cp x ep)", f"{stats.shapes_total:,}")
     table.add_row("  pruned by memory bound", f"{stats.shapes_memory_pruned:,}")
     table.add_row("  pruned by time bound", f"{stats.shapes_bound_pruned:,}")
+    table.add_row("  without any valid micro-batch size", f"{stats.shapes_without_layout:,}")
     table.add_row("  evaluated", f"{stats.shapes_evaluated:,}")
     table.add_row("  micro-batch sizes pruned by time bound", f"{stats.micro_batches_bound_pruned:,}")
     table.add_row("layouts evaluated", f"{stats.rows_evaluated:,}")

@@ -46,6 +46,7 @@ class SearchStats:
     shapes_memory_pruned: int = 0
     shapes_bound_pruned: int = 0
     shapes_evaluated: int = 0
+    shapes_without_layout: int = 0  # no micro-batch size divides the batch (or every schedule is excluded)
     micro_batches_bound_pruned: int = 0  # (shape, micro-batch) pairs of visited shapes skipped by their bound
     rows_evaluated: int = 0
     rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
@@ -103,6 +104,7 @@ def exact_search(
     first_pair = np.searchsorted(pair_shape, np.arange(len(fits)))
     n_pairs = np.bincount(pair_shape, minlength=len(fits))
     shape_idx = np.argsort(shape_lb, kind="stable")
+    stats.shapes_without_layout = int(np.isinf(shape_lb).sum())  # sorted last; never evaluated
     cache: dict = {}  # optimistic-pass coefficients, shared by the batches
 
     best: dict[str, np.ndarray] | None = None
@@ -113,10 +115,14 @@ def exact_search(
     n_take = 4  # small first batch: the best shapes often settle the bound; then grow geometrically
     while i < len(shape_idx):
         kth = best_t[top - 1] if len(best_t) >= top else np.inf
+        if not np.isfinite(shape_lb[shape_idx[i]]):
+            break  # the rest have no layout at all (counted above)
         if shape_lb[shape_idx[i]] >= kth:
-            stats.shapes_bound_pruned = len(shape_idx) - i
+            stats.shapes_bound_pruned += int(np.isfinite(shape_lb[shape_idx[i:]]).sum())
             break
         batch = shape_idx[i : i + n_take]
+        batch = batch[np.isfinite(shape_lb[batch])]
+        stats.shapes_bound_pruned += int((shape_lb[batch] >= kth).sum())
         batch = batch[shape_lb[batch] < kth]
         i += n_take
         counts = n_pairs[batch]
@@ -155,8 +161,6 @@ def exact_search(
         merged_t = np.concatenate([best_t, res.step_time_s[ok]])
         keep = np.lexsort((np.arange(len(merged_t)), merged_t))[:top]
         best, best_t = _take(merged, keep), merged_t[keep]
-    else:
-        stats.shapes_bound_pruned = 0
     stats.proven_optimal = True
     if best is None:
         best = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}

@@ -52,6 +52,9 @@ def test_search_equals_brute_force(setup) -> None:
     _, full = brute_force(ctx, Pins(), limits)
     _, same = brute_force(ctx, Pins(), limits, include_dominated=False)
     found = exact_search(ctx, Pins(), limits, top=3)
+    st_ = found.stats  # every shape is accounted for exactly once in the search report
+    assert st_.shapes_total == (st_.shapes_memory_pruned + st_.shapes_without_layout + st_.shapes_bound_pruned
+                                + st_.shapes_evaluated)
     if not full.fits.any():
         assert len(found.step_time_s) == 0
         return
