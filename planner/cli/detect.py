@@ -12,7 +12,8 @@ from pathlib import Path
 import typer
 import yaml
 
-from planner.cli.app import abort, app, err, out, write_json_output
+from planner.cli.app import abort, app, err, out
+from planner.cli.options import emit_json
 from planner.errors import UserError
 
 
@@ -62,10 +63,8 @@ def detect_command(
                 path = Path(tmp) / f"{name}.yaml"
                 path.write_text(yaml_text, encoding="utf-8")
                 cluster = hp.cluster(str(path))
-            write_json_output(cluster.model_dump_json(indent=2), json_out, force=force)
-            if json_out == "-":
+            if emit_json(cluster.model_dump_json(indent=2), json_out, force=force):
                 return
-            err.print(f"wrote {json_out}", markup=False)
     except (UserError, hp.ProfileError) as exc:
         abort(str(exc))
     node = found.spec.node_groups[0].node

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from planner.cli.app import abort, app, err, out, write_json_output
+from planner.cli.app import abort, app, out
+from planner.cli.options import emit_json
 from planner.errors import UserError
 
 if TYPE_CHECKING:
@@ -51,14 +52,8 @@ def model_command(
         abort(str(exc))
     except ValueError as exc:  # e.g. --seq-len beyond a learned position table
         abort(f"--seq-len: {exc}")
-    if json_out is not None:
-        try:
-            write_json_output(report.model_dump_json(indent=2), json_out, force=force)
-        except UserError as exc:
-            abort(str(exc))
-        if json_out == "-":
-            return
-        err.print(f"wrote {json_out}", markup=False)
+    if emit_json(report.model_dump_json(indent=2), json_out, force=force):
+        return
     _render(report)
 
 

@@ -11,7 +11,8 @@ import json
 import typer
 from rich.table import Table
 
-from planner.cli.app import abort, app, err, out, write_json_output
+from planner.cli.app import abort, app, out
+from planner.cli.options import emit_json
 from planner.errors import UserError
 
 
@@ -89,11 +90,8 @@ def profiles_command(
     try:
         check_targets(json_out, force=force)
         data = collect()
-        if json_out is not None:
-            write_json_output(json.dumps(data, indent=2), json_out, force=force)
-            if json_out == "-":
-                return
-            err.print(f"wrote {json_out}", markup=False)
+        if emit_json(json.dumps(data, indent=2), json_out, force=force):
+            return
     except (UserError, hp.ProfileError) as exc:
         abort(str(exc))
     out.print(_gpu_table(data["gpus"]))

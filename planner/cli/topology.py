@@ -14,7 +14,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from planner.cli.app import abort, app, err, out, write_json_output
+from planner.cli.app import abort, app, err, out
+from planner.cli.options import emit_json
 from planner.errors import UserError
 
 
@@ -107,10 +108,8 @@ def topology_command(
             err.print(f"wrote {graphml}", markup=False)
         if json_out is not None:
             doc = {"summary": summary, "cluster": topo.cluster.model_dump(mode="json"), "graph": node_link_json(topo.graph)}
-            write_json_output(json.dumps(doc), json_out, force=force)
-            if json_out == "-":
+            if emit_json(json.dumps(doc), json_out, force=force):
                 return
-            err.print(f"wrote {json_out}", markup=False)
     except (UserError, hp.ProfileError) as exc:
         abort(str(exc))
     _render(summary)
