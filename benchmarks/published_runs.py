@@ -1,6 +1,6 @@
 """Validate the cost model against published large-scale training runs.
 
-    .venv/bin/python benchmarks/published_runs.py [--cases ID,ID,...] [--sources KEY,...] [--csv FILE]
+    .venv/bin/python benchmarks/published_runs.py [--cases ID,ID,...] [--sources KEY,...] [--csv FILE] [--no-cv]
 
 Reads benchmarks/data/published_runs.yaml (published_cases.py: every case with its source, exact quote, layout and
 the derivation of its step time). For each case: build the model, the cluster and the workload with the source
@@ -14,7 +14,8 @@ settings the source leaves unstated (micro-batch, interleaving degree); the rank
 number of other (tp, pp, dp, cp, ep) shapes predicted strictly faster with the same stated knobs; ">N": at least N
 faster); the planner's own pick inside the framework's feature set and its claimed gain over the published layout;
 the pick's `extrapolations` when the planner reports them; and `status`: exact, or the kinds of the case's gaps
-(what meshplan cannot represent about the run). Then group summaries (published_summary.py).
+(what meshplan cannot represent about the run). Then group summaries (published_summary.py) and, unless --no-cv,
+the cross-validation of one refitted constant (validation.py).
 """
 
 from __future__ import annotations
@@ -287,11 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", help="comma-separated case ids (default: all)")
     ap.add_argument("--sources", help="comma-separated source keys (default: all)")
     ap.add_argument("--csv", help="also write the per-case table as CSV")
+    ap.add_argument("--no-cv", action="store_true", help="skip the cross-validation section (validation.py)")
     args = ap.parse_args(argv)
     df = run(args.cases.split(",") if args.cases else None, args.sources.split(",") if args.sources else None)
     print_report(df)
     if args.csv:
         df.to_csv(args.csv, index=False)
+    if not args.no_cv:
+        from validation import print_cross_validation
+
+        print_cross_validation(df)
     return 0
 
 

@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import published_runs  # noqa: E402
+import validation  # noqa: E402
 from published_cases import build_cluster, build_model, load_runs, source_key  # noqa: E402
 from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
 
@@ -134,3 +135,30 @@ def test_extrapolations_column_reads_the_plan_when_it_has_them(monkeypatch: pyte
     monkeypatch.setattr(published_runs, "plans_from_result", lambda ctx, res: [fake])
     [row] = published_runs.run(["korthikanti2022_table5_22B_selective_sp"]).to_dict("records")
     assert row["extrapolations"] == "cp=16 at 8K tokens per sequence: no validated run"
+
+
+def test_split_is_by_source_and_covers_every_source() -> None:
+    cases = list(load_runs().cases)
+    assert {source_key(c) for c in cases} <= set(validation.SPLIT)
+    fit, held = validation.split(cases)
+    assert fit and held and not ({source_key(c) for c in fit} & {source_key(c) for c in held})
+    assert all(validation.eligible(c) for c in fit + held)
+    assert not any(c.framework is None and "ZeRO-3" in c.id for c in fit + held)  # never fitted (issue decision)
+    for key, rest, out in validation.leave_one_source_out(cases):
+        assert {source_key(c) for c in out} == {key} and key not in {source_key(c) for c in rest}
+
+
+def test_fit_constants_recovers_a_known_constant_and_reports_held_out_errors() -> None:
+    """A predictor that is exact at theta = 0.7 (and off by theta/0.7 elsewhere) is fitted back to 0.7 on the FIT
+    part; the held-out errors are then zero, and at the committed 0.8 they are the +14.3 % that 0.8/0.7 implies."""
+    cases = [c for c in load_runs().cases if source_key(c) in ("korthikanti2022", "megascale2024")]
+
+    def predictor(case, params):
+        return validation.published_s(case) * params[0] / 0.7
+
+    result, table = validation.cross_validate(cases, predictor, np.array([0.8]), bounds=(0.3, 1.0))
+    assert result.success and result.params[0] == pytest.approx(0.7, abs=1e-4)
+    fitted = table[table["constants"] == "fitted on FIT"].set_index("part")
+    committed = table[table["constants"] == "committed"].set_index("part")
+    assert fitted.loc[validation.HELD_OUT, "max_abs_pct"] < 0.05
+    assert committed.loc[validation.HELD_OUT, "signed_mean_pct"] == pytest.approx(100 * (0.8 / 0.7 - 1), abs=0.01)
