@@ -162,3 +162,15 @@ def test_fit_constants_recovers_a_known_constant_and_reports_held_out_errors() -
     committed = table[table["constants"] == "committed"].set_index("part")
     assert fitted.loc[validation.HELD_OUT, "max_abs_pct"] < 0.05
     assert committed.loc[validation.HELD_OUT, "signed_mean_pct"] == pytest.approx(100 * (0.8 / 0.7 - 1), abs=0.01)
+
+
+def test_refit_predictor_reproduces_the_benchmark_at_the_committed_constant() -> None:
+    """The worked example re-evaluates the published layout through the cost model's internals; at the committed
+    sustained_fraction it must give exactly the benchmark's prediction (and move with the constant)."""
+    case_id = "korthikanti2022_table5_175B_selective_sp"
+    predictor = validation.SustainedFractionPredictor("a100-80gb")
+    committed = np.array([predictor.committed()])
+    [row] = published_runs.run([case_id]).to_dict("records")
+    assert predictor(_case(case_id), committed) == pytest.approx(row["predicted_s"], rel=1e-9)
+    assert predictor(_case(case_id), committed * 0.9) > row["predicted_s"]
+    assert np.isnan(predictor(_case("megatron_core_2024_h100_177B"), committed))  # an H100 case: not covered
