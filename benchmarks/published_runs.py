@@ -25,13 +25,21 @@ import sys
 import time
 from typing import Any, get_args
 
-import numpy as np
 import pandas as pd
-from published_cases import PublishedRun, build_cluster, build_model, framework_name, load_runs, source_key
+from published_cases import (
+    DATA,
+    PublishedRun,
+    build_cluster,
+    build_model,
+    framework_name,
+    load_runs,
+    source_key,
+)
+from published_columns import layout_label, published_rank, unstated_spread
 from published_step_times import step_time_s, uncertainty_pct
+from pydantic import ValidationError
 
 from planner.api import evaluate, plans_from_result, row_to_layout, search_result
-from planner.cost.evaluate import SCHEDULES
 from planner.workload import Workload
 
 # What each source's software could do: the published layout is pinned inside it, and the planner's own search
@@ -182,53 +190,6 @@ def workload(case: PublishedRun) -> Workload:
                     dtype=case.precision or "bf16", **options)
 
 
-def _shape(row: dict[str, Any]) -> tuple[int, ...]:
-    return tuple(int(row[k]) for k in ("tp", "pp", "dp", "cp", "ep"))
-
-
-def published_rank(model, cluster, workload: Workload, stated: dict[str, Any], pinned_s: float,
-                   published_shape: tuple[int, ...]) -> str:
-    """Rank of the published (tp, pp, dp, cp, ep) among the distinct shapes the planner finds with the same
-    stated knobs and framework features, each shape at its own best unstated settings: 1 + the number of other
-    shapes strictly faster than the published layout's prediction. Grows the searched top-K until the answer is
-    certain (">N" when at least N other shapes are faster)."""
-    top = 64
-    while True:
-        _, res = search_result(model, cluster, workload, top=top, **stated)
-        faster: set[tuple[int, ...]] = set()
-        for i in range(len(res.step_time_s)):
-            row = {k: res.table[k][i] for k in ("tp", "pp", "dp", "cp", "ep")}
-            if res.step_time_s[i] < pinned_s * (1 - 1e-9) and _shape(row) != published_shape:
-                faster.add(_shape(row))
-        exhausted = len(res.step_time_s) < top or res.step_time_s[-1] >= pinned_s * (1 - 1e-9)
-        if exhausted or len(faster) >= 5 or top >= 4096:
-            return str(len(faster) + 1) if exhausted else f">{len(faster)}" if len(faster) >= 5 else f">={len(faster) + 1}"
-        top *= 4
-
-
-def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
-    """A row of a search table in a few words: shape, micro-batch, schedule and interleaving, ZeRO stage."""
-    r = {k: int(v[i]) for k, v in table.items()}
-    text = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}" + (f" cp{r['cp']}" if r["cp"] > 1 else "") + (
-        f" ep{r['ep']}" if r["ep"] > 1 else "") + f" mb{r['mb']}"
-    if r["pp"] > 1:
-        text += f" {SCHEDULES[r['sched']]}" + (f"-v{r['v']}" if r["v"] > 1 else "")
-    return text + f" z{r['zero']}"
-
-
-def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any]) -> tuple[float, float, int]:
-    """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
-    open, each setting at its best other knobs: how much the unstated knobs alone move the prediction."""
-    _, res = search_result(model, cluster, workload, top=1, keep_all=True, **pins)
-    rows = res.all_feasible
-    if not rows or len(rows["step_time_ms"]) == 0:
-        return float("nan"), float("nan"), 0
-    best: dict[tuple[int, int], float] = {}
-    for mb, v, t in zip(rows["mb"].tolist(), rows["v"].tolist(), rows["step_time_ms"].tolist()):
-        best[(mb, v)] = min(best.get((mb, v), np.inf), t / 1e3)
-    return min(best.values()), max(best.values()), len(best)
-
-
 def run_case(case: PublishedRun) -> dict[str, Any]:
     model, cluster, work = build_model(case), build_cluster(case), workload(case)
     pins = _pins(case)
@@ -290,7 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", help="also write the per-case table as CSV")
     ap.add_argument("--no-cv", action="store_true", help="skip the cross-validation section (validation.py)")
     args = ap.parse_args(argv)
-    df = run(args.cases.split(",") if args.cases else None, args.sources.split(",") if args.sources else None)
+    ids, sources = (args.cases.split(",") if args.cases else None), (args.sources.split(",") if args.sources else None)
+    try:
+        cases = load_runs().cases
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"{DATA}: {'.'.join(map(str, first['loc']))}: {first['msg']} ({exc.error_count()} error(s))", file=sys.stderr)
+        return 2
+    unknown = sorted(set(ids or ()) - {c.id for c in cases}) + sorted(set(sources or ()) - {source_key(c) for c in cases})
+    if unknown:
+        print(f"unknown case id or source key: {', '.join(unknown)}; see {DATA}", file=sys.stderr)
+        return 2
+    df = run(ids, sources)
     print_report(df)
     if args.csv:
         df.to_csv(args.csv, index=False)

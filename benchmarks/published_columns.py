@@ -1,0 +1,59 @@
+"""The search-derived columns of benchmarks/published_runs.py: the published layout's rank, the spread of its
+prediction over unstated knobs, and a search row in a few words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.api import search_result
+from planner.cost.evaluate import SCHEDULES
+from planner.workload import Workload
+
+
+def _shape(row: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(int(row[k]) for k in ("tp", "pp", "dp", "cp", "ep"))
+
+
+def published_rank(model, cluster, workload: Workload, stated: dict[str, Any], pinned_s: float,
+                   published_shape: tuple[int, ...]) -> str:
+    """Rank of the published (tp, pp, dp, cp, ep) among the distinct shapes the planner finds with the same
+    stated knobs and framework features, each shape at its own best unstated settings: 1 + the number of other
+    shapes strictly faster than the published layout's prediction. Grows the searched top-K until the answer is
+    certain (">N" when at least N other shapes are faster)."""
+    top = 64
+    while True:
+        _, res = search_result(model, cluster, workload, top=top, **stated)
+        faster: set[tuple[int, ...]] = set()
+        for i in range(len(res.step_time_s)):
+            row = {k: res.table[k][i] for k in ("tp", "pp", "dp", "cp", "ep")}
+            if res.step_time_s[i] < pinned_s * (1 - 1e-9) and _shape(row) != published_shape:
+                faster.add(_shape(row))
+        exhausted = len(res.step_time_s) < top or res.step_time_s[-1] >= pinned_s * (1 - 1e-9)
+        if exhausted or len(faster) >= 5 or top >= 4096:
+            return str(len(faster) + 1) if exhausted else f">{len(faster)}" if len(faster) >= 5 else f">={len(faster) + 1}"
+        top *= 4
+
+
+def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
+    """A row of a search table in a few words: shape, micro-batch, schedule and interleaving, ZeRO stage."""
+    r = {k: int(v[i]) for k, v in table.items()}
+    text = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}" + (f" cp{r['cp']}" if r["cp"] > 1 else "") + (
+        f" ep{r['ep']}" if r["ep"] > 1 else "") + f" mb{r['mb']}"
+    if r["pp"] > 1:
+        text += f" {SCHEDULES[r['sched']]}" + (f"-v{r['v']}" if r["v"] > 1 else "")
+    return text + f" z{r['zero']}"
+
+
+def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any]) -> tuple[float, float, int]:
+    """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
+    open, each setting at its best other knobs: how much the unstated knobs alone move the prediction."""
+    _, res = search_result(model, cluster, workload, top=1, keep_all=True, **pins)
+    rows = res.all_feasible
+    if not rows or len(rows["step_time_ms"]) == 0:
+        return float("nan"), float("nan"), 0
+    best: dict[tuple[int, int], float] = {}
+    for mb, v, t in zip(rows["mb"].tolist(), rows["v"].tolist(), rows["step_time_ms"].tolist()):
+        best[(mb, v)] = min(best.get((mb, v), np.inf), t / 1e3)
+    return min(best.values()), max(best.values()), len(best)
