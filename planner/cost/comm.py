@@ -21,6 +21,8 @@ What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hi
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from planner.cost import overhead
@@ -28,16 +30,50 @@ from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
 
 _PROBE_BYTES = 1e9
+_FIELD_BITS = 21  # group size, stride and world are packed into one int64 key, 21 bits each
+_FIELD_MASK = (1 << _FIELD_BITS) - 1
+_EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+
+
+class _Store:
+    """The coefficient caches of one topology, shared by every `AxisBandwidth` over it for as long as the
+    topology lives (the search, the plan builder, `explain` and a sweep's searches all ask the same groups).
+
+    `columns` holds, per collective kind, the sorted packed keys (size, stride, world) with their (a, b)
+    coefficients; a real `Topology`'s table is also kept on disk per cluster fingerprint
+    (`planner.cost.comm_cache`), so a new process starts with the groups earlier ones asked.
+    """
+
+    def __init__(self, topology) -> None:
+        from planner.topology import Topology
+
+        self.scalar: dict[tuple, tuple[float, float, str]] = {}
+        self.measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
+        self.columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.disk = None
+        if type(topology) is Topology:  # not the search's optimistic views, whose answers differ
+            from planner.cost import comm_cache
+
+            self.disk = comm_cache.open_entry(topology.cluster)
+            if self.disk is not None:
+                self.columns = self.disk.load()
+
+
+_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class AxisBandwidth:
-    """Affine collective-time coefficients per (mesh shape, axis, kind), cached across calls."""
+    """Affine collective-time coefficients per (mesh shape, axis, kind), cached per topology across calls."""
 
     def __init__(self, topology) -> None:
         self.topology = topology
         self.num_gpus = int(topology.num_gpus)
-        self._cache: dict[tuple, tuple[float, float, str]] = {}
-        self._measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
+        store = _STORES.get(topology)
+        if store is None:
+            store = _STORES[topology] = _Store(topology)
+        self._store = store
+        self._cache = store.scalar
+        self._measured = store.measured
 
     def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
         """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
@@ -50,7 +86,6 @@ class AxisBandwidth:
         key = (kind, mesh_shape, axis)
         hit = self._cache.get(key)
         if hit is None:
-            n = mesh_shape[axis]
             measured = self._measured.coeffs(kind, mesh_shape, axis)
             if measured is not None:
                 hit = (measured[0], measured[1], "measured")
@@ -62,9 +97,48 @@ class AxisBandwidth:
                 t0 = float(est.time_s(1e-30))
                 t1 = float(est.time_s(_PROBE_BYTES))
                 hit = (t0, (t1 - t0) / _PROBE_BYTES, str(getattr(est, "bottleneck", "")))
-            del n
             self._cache[key] = hit
         return hit
+
+    def columns(self, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) coefficient columns of `kind` along groups of `size` ranks spaced `stride` apart, in a mesh
+        over the first `world` ranks, one entry per row (vectorised: one lookup for the whole column).
+
+        When a layout leaves GPUs idle, the groups are still costed over the whole cluster (world = all GPUs,
+        where the group pattern tiles it): the idle GPUs' slots are assumed to carry traffic of the same
+        pattern (other jobs on the fabric), a conservative choice that also lets one topology query serve
+        every layout with that group pattern. Each distinct (size, stride, world) is asked of the topology
+        once per topology (`coeffs` on the mesh (world / (size * stride), size, stride), axis 1); later
+        columns only look their keys up.
+        """
+        size, stride = np.asarray(size, dtype=np.int64), np.asarray(stride, dtype=np.int64)
+        total = self.num_gpus
+        if total > _FIELD_MASK:
+            raise ValueError(f"clusters of more than {_FIELD_MASK:,} GPUs are not supported (got {total:,})")
+        world = np.where(total % (size * stride) == 0, total, np.asarray(world, dtype=np.int64))
+        key = (size << (2 * _FIELD_BITS)) | (stride << _FIELD_BITS) | world
+        keys, a, b = self._store.columns.get(kind, _EMPTY)
+        pos = np.searchsorted(keys, key)
+        found = pos < len(keys)
+        found[found] = keys[pos[found]] == key[found]
+        if not found.all():
+            keys, a, b = self._add_columns(kind, np.unique(key[~found]))
+            pos = np.searchsorted(keys, key)
+        return a[pos], b[pos]
+
+    def _add_columns(self, kind: str, new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Ask the topology for the packed keys `new` (none cached yet) and merge them into the table."""
+        new_a, new_b = np.empty(len(new)), np.empty(len(new))
+        for i, k in enumerate(new.tolist()):
+            n, st, w = k >> (2 * _FIELD_BITS), (k >> _FIELD_BITS) & _FIELD_MASK, k & _FIELD_MASK
+            new_a[i], new_b[i], _ = self.coeffs(kind, (w // (n * st), n, st), 1)
+        keys, a, b = self._store.columns.get(kind, _EMPTY)
+        keys, a, b = np.concatenate([keys, new]), np.concatenate([a, new_a]), np.concatenate([b, new_b])
+        order = np.argsort(keys, kind="stable")
+        table = self._store.columns[kind] = (keys[order], a[order], b[order])
+        if self._store.disk is not None:
+            self._store.disk.changed(self._store.columns)
+        return table
 
 
 def affine(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:

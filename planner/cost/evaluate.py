@@ -84,23 +84,9 @@ def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np
 
 
 def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):
-    """(a, b) affine coefficient columns of `kind` along groups (size, stride) over `world` ranks, per row.
-
-    When a layout leaves GPUs idle, the groups are still costed over the whole cluster (world = all GPUs,
-    where the group pattern tiles it): the idle GPUs' slots are assumed to carry traffic of the same pattern
-    (other jobs on the fabric), a conservative choice that also lets one topology query serve every layout
-    with that group pattern.
-    """
-    total = bw.num_gpus
-    world = np.where(total % (size * stride) == 0, total, world)
-    key = (size.astype(np.int64) << 42) | (stride.astype(np.int64) << 21) | world.astype(np.int64)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    a = np.empty(len(uniq))
-    b = np.empty(len(uniq))
-    for i, k in enumerate(uniq.tolist()):
-        n, st, w = k >> 42, (k >> 21) & ((1 << 21) - 1), k & ((1 << 21) - 1)
-        a[i], b[i], _ = bw.coeffs(kind, (w // (n * st), n, st), 1)
-    return a[inverse.reshape(-1)], b[inverse.reshape(-1)]
+    """(a, b) affine coefficient columns of `kind` along groups (size, stride) over `world` ranks, per row
+    (`AxisBandwidth.columns`: idle GPUs are costed as carrying the same pattern where it tiles the cluster)."""
+    return bw.columns(kind, size, stride, world)
 
 
 def _ep_coeffs(bw: comm.AxisBandwidth, table, groups, world):

@@ -25,6 +25,9 @@ tests/unit/test_search_oracle.py that the search with them returns the brute-for
 
 from __future__ import annotations
 
+import math
+import weakref
+
 import numpy as np
 
 from planner.cost import comm, compute
@@ -60,18 +63,11 @@ def shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.n
 def _tp_allreduce_coeffs(bw: AxisBandwidth, tp: np.ndarray, world: np.ndarray, pins: Pins):
     """TP all-reduce (a, b) columns as `cost.evaluate` reads them: the innermost axis (stride 1) in every
     searched order. A pinned order with tp elsewhere gets (0, 0), which keeps the bound valid."""
-    zero = np.zeros(len(tp))
     order = pins.get("mesh_axes")
     if order is not None and tuple(order)[-1] != "tp":
+        zero = np.zeros(len(tp))
         return zero, zero
-    total = bw.num_gpus
-    w = np.where(total % tp == 0, total, world)  # as evaluate._coeff_columns: whole cluster when it tiles
-    a, b = zero.copy(), zero.copy()
-    for t, wv in {(int(x), int(y)) for x, y in zip(tp, w) if x > 1}:
-        ca, cb, _ = bw.coeffs("all_reduce", (wv // t, t, 1), 1)
-        sel = (tp == t) & (w == wv)
-        a[sel], b[sel] = ca, cb
-    return a, b
+    return bw.columns("all_reduce", tp, np.ones_like(tp), world)
 
 
 def micro_batch_bounds(
@@ -105,7 +101,10 @@ class _OptimisticTopology:
     layer's time (TP, CP, and EP's all-to-all), so the pipeline part is exact; capacity-only estimates that
     are never slower (`Topology.axis_collective_bound`) for the DP and PP groups; measured collectives
     (cost.measured_comm) apply in both passes alike. The step time is monotone in the DP and PP
-    coefficients (every DP/PP term of cost.evaluate is), so the pass gives a lower bound."""
+    coefficients (every DP/PP term of cost.evaluate is), so the pass gives a lower bound.
+
+    With no exact groups it answers every ring and p2p query from capacities (`_bound_topology`);
+    `_OptimisticBandwidth` mixes its coefficients with the real topology's per row."""
 
     def __init__(self, topology, exact: set[tuple[int, int]]) -> None:
         self.topology, self.exact, self.num_gpus = topology, exact, topology.num_gpus
@@ -114,10 +113,42 @@ class _OptimisticTopology:
         return getattr(self.topology, name)
 
     def axis_collective(self, kind: str, mesh_shape: tuple[int, ...], axis: int):
-        n, stride = int(mesh_shape[axis]), int(np.prod(mesh_shape[axis + 1:]))
+        n, stride = int(mesh_shape[axis]), math.prod(mesh_shape[axis + 1:])
         if kind == "all_to_all" or (n, stride) in self.exact:
             return self.topology.axis_collective(kind, mesh_shape, axis)
         return self.topology.axis_collective_bound(kind, mesh_shape, axis)
+
+
+_BOUND_TOPOLOGIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _bound_topology(topology) -> _OptimisticTopology:
+    """The capacity-only view of `topology`, one per topology so its coefficient cache lives as long."""
+    view = _BOUND_TOPOLOGIES.get(topology)
+    if view is None:
+        view = _BOUND_TOPOLOGIES[topology] = _OptimisticTopology(topology, set())
+    return view
+
+
+class _OptimisticBandwidth:
+    """`AxisBandwidth.columns` of `_OptimisticTopology(topology, exact)`, row by row from two shared caches:
+    the real topology's for all-to-all and for the rows whose (size, stride) is exact, the capacity-only
+    view's for the others (the same numbers that view's own queries give, asked once per topology)."""
+
+    def __init__(self, topology, exact_pairs: np.ndarray) -> None:
+        self.exact, self.bound = AxisBandwidth(topology), AxisBandwidth(_bound_topology(topology))
+        self.exact_pairs = exact_pairs  # sorted packed (size << 21) | stride
+        self.num_gpus = self.exact.num_gpus
+
+    def columns(self, kind: str, size, stride, world) -> tuple[np.ndarray, np.ndarray]:
+        if kind == "all_to_all":
+            return self.exact.columns(kind, size, stride, world)
+        use = np.isin((np.asarray(size, dtype=np.int64) << 21) | stride, self.exact_pairs)
+        a, b = np.empty(len(use)), np.empty(len(use))
+        for sel, bw in ((use, self.exact), (~use, self.bound)):
+            if sel.any():
+                a[sel], b[sel] = bw.columns(kind, size[sel], stride[sel], world[sel])
+        return a, b
 
 
 def _strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
@@ -133,12 +164,15 @@ def _strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
     return stride
 
 
-def optimistic_bw(topology, table: dict[str, np.ndarray], cache: dict) -> AxisBandwidth:
-    """Coefficients for the optimistic first pass over `table` (see `_OptimisticTopology`); `cache` keeps one
-    AxisBandwidth per set of exact groups across calls."""
-    exact = set(zip(table["tp"].tolist(), _strides(table, "tp").tolist()))
-    exact |= set(zip(table["cp"].tolist(), _strides(table, "cp").tolist()))
-    key = frozenset(exact)
+def optimistic_bw(topology, table: dict[str, np.ndarray], cache: dict | None = None) -> _OptimisticBandwidth:
+    """Coefficients for the optimistic first pass over `table` (see `_OptimisticTopology`): exact for the
+    (size, stride) of its TP and CP groups. `cache` keeps one object per set of exact groups across calls
+    (the coefficients themselves are cached per topology either way)."""
+    pairs = np.unique(np.concatenate([(table[axis].astype(np.int64) << 21) | _strides(table, axis)
+                                      for axis in ("tp", "cp")]))
+    if cache is None:
+        return _OptimisticBandwidth(topology, pairs)
+    key = pairs.tobytes()
     if key not in cache:
-        cache[key] = AxisBandwidth(_OptimisticTopology(topology, exact))
+        cache[key] = _OptimisticBandwidth(topology, pairs)
     return cache[key]

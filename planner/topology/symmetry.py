@@ -10,11 +10,19 @@ e.g. mixed node types).
 For the groups of a row-major mesh axis (outer, n, stride), ranks o*B + s + j*stride (B = n*stride), the
 groups then fall into classes that use disjoint edges and are shifted copies of each other:
   - stride % P == 0: class (o, s // P), and class 0 is rows s < P of block 0 (n*P GPUs);
-  - else, with C = lcm(B, P) dividing the world: super-blocks of C ranks, class 0 the first C / B blocks.
+  - else, with C = lcm(B, P) no larger than the world: super-blocks of C ranks, class 0 the first C / B
+    blocks.
 The loads of class 0's edges are then exactly those of the full query, every other edge carries a shifted
 copy of them, so the bottleneck (capacity / load), the latencies and even the first bottleneck edge (class 0
 holds the lowest edge indices) are the same: `representative_rows` returns how many leading rows of the
 query's group block to route, or None for "all of them".
+
+A world that is not a multiple of C (a layout leaving GPUs idle) ends in a partial super-block: the first r
+blocks of one, shifted by a multiple of C (so of P). Its edges are shifted copies of class-0 edges carrying a
+subset of the same contributions, summed in the same order; floating-point addition is monotone, so each
+load is at most its class-0 twin's and each ratio at least (capacities are equal), its rows' latencies are
+their twins', and its rows take the same code paths (every row is a copy of a class-0 row). The bottleneck,
+the first edge reaching it and the slowest latency are again class 0's, so C <= world is enough.
 """
 
 from __future__ import annotations
@@ -117,7 +125,7 @@ def representative_rows(P: int | None, outer: int, n: int, stride: int) -> int |
         rows = P
     else:
         C = math.lcm(B, P)
-        if W % C:
+        if W < C:
             return None
         rows = C // B * stride
     return rows if rows < outer * stride else None

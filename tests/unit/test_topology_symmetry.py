@@ -54,7 +54,27 @@ def test_representative_rows() -> None:
     assert representative_rows(256, 1, 2, 1024) == 256  # DP across units: the groups with base < 256
     assert representative_rows(256, 32, 5, 16) == 256  # PP of 5 over 16-GPU blocks: super-blocks of lcm(80, 256)
     assert representative_rows(256, 16, 5, 16) is None  # ... which is the whole 1,280-rank world here
-    assert representative_rows(256, 3, 5, 16) is None  # 240 ranks: lcm(80, 256) = 1280 does not divide
+    assert representative_rows(256, 3, 5, 16) is None  # 240 ranks: less than one super-block of lcm(80, 256)
+    assert representative_rows(256, 17, 5, 16) == 256  # 1,360 ranks: one super-block and a partial one
+    assert representative_rows(160, 200, 3, 1) == 160  # TP of 3 on 600 ranks: super-blocks of lcm(3, 160)
+    assert representative_rows(160, 150, 3, 1) is None  # 450 ranks: less than one super-block
+
+
+@pytest.mark.parametrize("name,n,stride", [("dgx-a100", 3, 1), ("dgx-a100", 6, 1), ("dgx-a100", 12, 2),
+                                          ("dgx-h100", 5, 16), ("dgx-h100-oversub", 3, 8), ("dgx-h100", 3, 1)])
+def test_partial_super_blocks_equal_full_routing(name: str, n: int, stride: int) -> None:
+    """Worlds that end in a partial super-block (layouts leaving GPUs idle) route one super-block only."""
+    fast, full = _pair(name)
+    per_block = math.lcm(n * stride, fast.period) // (n * stride)
+    checked = 0
+    most = fast.num_gpus // (n * stride)
+    for outer in range(per_block + 1, most + 1, max(1, (most - per_block) // 6)):
+        if representative_rows(fast.period, outer, n, stride) is None:
+            continue
+        for kind in ("all_reduce", "p2p", "all_to_all"):
+            assert fast.axis_collective(kind, (outer, n, stride), 1) == full.axis_collective(kind, (outer, n, stride), 1)
+        checked += 1
+    assert checked >= 3
 
 
 @settings(max_examples=60, deadline=None)
