@@ -45,6 +45,21 @@ def _fit(T: np.ndarray, e: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def balanced_split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.ndarray, e_last: np.ndarray) -> StageSplit:
     """Exact min-max contiguous split of `num_layers` identical layers with end-rank extras (see module doc)."""
+    pp, u, e_first, e_last = (np.asarray(x) for x in np.broadcast_arrays(pp, u, e_first, e_last))
+    piped = np.nonzero(pp > 1)[0]
+    if len(piped) < len(pp):  # one rank holds every layer: nothing to split (the search's pp = 1 rows)
+        whole = np.full(len(pp), num_layers, dtype=np.int64)
+        out = StageSplit(whole, np.zeros(len(pp), dtype=np.int64), whole.copy(), np.zeros(len(pp), dtype=np.int64))
+        if len(piped):
+            part = _split(num_layers, pp[piped], u[piped], e_first[piped], e_last[piped])
+            for mine, theirs in zip((out.n_first, out.n_mid, out.n_last, out.mid_trimmed),
+                                    (part.n_first, part.n_mid, part.n_last, part.mid_trimmed)):
+                mine[piped] = theirs
+        return out
+    return _split(num_layers, pp, u, e_first, e_last)
+
+
+def _split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.ndarray, e_last: np.ndarray) -> StageSplit:
     L = float(num_layers)
     p = pp.astype(float)
     u = np.maximum(u.astype(float), 1e-30)

@@ -35,7 +35,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import MESH_ORDERS
 from planner.cost.memory import reserve_bytes
-from planner.cost.partition import balanced_split
+from planner.cost.partition import StageSplit, balanced_split
 from planner.solver.space import Pins
 
 SAFETY = 1.0 - 1e-9  # bounds are scaled down by this so float rounding never prunes the optimum
@@ -70,24 +70,50 @@ def _tp_allreduce_coeffs(bw: AxisBandwidth, tp: np.ndarray, world: np.ndarray, p
     return bw.columns("all_reduce", tp, np.ones_like(tp), world)
 
 
-def micro_batch_bounds(
-    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb
-) -> np.ndarray:
-    """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring)."""
-    s = ctx.workload.seq_len
-    tokens = (mb * s / cp).astype(float)
-    m = (ctx.workload.batch // (dp * mb)).astype(float)
+def _distinct_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row's first occurrence, each row's distinct-row number) of positive int columns."""
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    span = 1
+    for col in cols:
+        radix = int(col.max()) + 1 if len(col) else 1
+        if span * radix >= 2**62:  # too many combinations to pack into one int64: compare whole rows
+            _, first, inverse = np.unique(np.stack(cols), axis=1, return_index=True, return_inverse=True)
+            return first, inverse.reshape(-1)
+        key, span = key * radix + col, span * radix
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse
+
+
+def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world):
+    """Per row: (layer time u, embedding end e0, head end el) lower bounds per micro-batch."""
+    tokens = (mb * ctx.workload.seq_len / cp).astype(float)
     counts = ctx.layer_type_counts().astype(float)
     u = np.zeros(len(tp))
     for wk, lt in zip(counts / counts.sum(), ctx.layer_types):
         both = [compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, np.full(len(tp), sp)) for sp in (True, False)]
         u += wk * np.minimum(*(t.fwd_s + t.bwd_s for t in both))
-    world = tp * cp * pp * dp
     u += 2 * np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
     e0 = compute.embedding_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
     el = compute.head_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
+    return u, e0, el
+
+
+def micro_batch_bounds(
+    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb
+) -> np.ndarray:
+    """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring)."""
+    m = (ctx.workload.batch // (dp * mb)).astype(float)
+    # A layer's bound depends on (micro-batch, tp, cp, ep) and, through the TP all-reduce, on the ranks in use
+    # where tp does not tile the cluster (AxisBandwidth.columns): computed once per distinct combination (a
+    # few hundred among ~10^5 rows on large clusters), element-wise as for every row, then gathered.
+    tp_world = np.where(bw.num_gpus % tp == 0, bw.num_gpus, tp * cp * pp * dp)
+    first, inverse = _distinct_rows(mb, tp, cp, ep, tp_world)
+    u, e0, el = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world))))
     L = ctx.model.num_layers
-    split = balanced_split(L, pp, u, e0, el)
+    # The best split depends on pp and those three times only: once per distinct (combination, pp).
+    at, again = _distinct_rows(inverse + 1, pp)
+    part = balanced_split(L, pp[at], u[at], e0[at], el[at])
+    split = StageSplit(*(x[again] for x in (part.n_first, part.n_mid, part.n_last, part.mid_trimmed)))
     single = pp == 1
     t_sum = L * u + e0 + el
     t_max = np.maximum.reduce([split.n_first * u + e0, np.where(pp > 2, split.n_mid * u, 0.0), split.n_last * u + el])
@@ -143,11 +169,16 @@ class _OptimisticBandwidth:
     def columns(self, kind: str, size, stride, world) -> tuple[np.ndarray, np.ndarray]:
         if kind == "all_to_all":
             return self.exact.columns(kind, size, stride, world)
-        use = np.isin((np.asarray(size, dtype=np.int64) << 21) | stride, self.exact_pairs)
+        if not len(self.exact_pairs):
+            return self.bound.columns(kind, size, stride, world)
+        pair = (np.asarray(size, dtype=np.int64) << 21) | stride
+        pos = np.minimum(np.searchsorted(self.exact_pairs, pair), len(self.exact_pairs) - 1)
+        use = self.exact_pairs[pos] == pair
+        if use.all() or not use.any():
+            return (self.exact if use.all() else self.bound).columns(kind, size, stride, world)
         a, b = np.empty(len(use)), np.empty(len(use))
         for sel, bw in ((use, self.exact), (~use, self.bound)):
-            if sel.any():
-                a[sel], b[sel] = bw.columns(kind, size[sel], stride[sel], world[sel])
+            a[sel], b[sel] = bw.columns(kind, size[sel], stride[sel], world[sel])
         return a, b
 
 
