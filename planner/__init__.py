@@ -1,10 +1,14 @@
 """meshplan planner: topology graph, model specs, cost model and exact layout search (pure Python, no torch).
 
-Public API: `search`, `evaluate`, `Plan`, `Layout`, `Workload` (see planner.api).
+Public API: `search`, `evaluate`, `sweep`, `Plan`, `Layout`, `Workload` (see planner.api, planner.sweep).
 """
 
 from planner.layout import Layout
 from planner.plan import Plan
+
+# Importing the module of the same name first and binding the function over it makes `planner.sweep` the
+# function (`from planner.sweep import COLUMNS` still reaches the module); the module imports nothing heavy.
+from planner.sweep import sweep
 from planner.workload import Workload
 
 
@@ -22,4 +26,4 @@ def evaluate(*args, **kwargs):
     return _evaluate(*args, **kwargs)
 
 
-__all__ = ["Layout", "Plan", "Workload", "evaluate", "search"]
+__all__ = ["Layout", "Plan", "Workload", "evaluate", "search", "sweep"]

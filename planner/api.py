@@ -197,30 +197,30 @@ def search_result(model: ModelSpec, cluster: Any, workload: Workload, top: int =
 
 
 def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, Any]) -> str:
+    from planner.infeasible import memory_fixes, nothing_fits
+
+    why = nothing_fits(ctx, result)
     per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
     states = ctx.model.num_params() * per_param
     cap = ctx.memory_capacity_bytes
     n = int(ctx.cluster.num_gpus)
-    all_pruned = result.stats.shapes_memory_pruned and result.stats.shapes_memory_pruned == result.stats.shapes_total
-    if result.best_infeasible is None and all_pruned and states / n > cap:
+    if why.kind == "states":
         return (
             f"{ctx.model.name} fits nowhere on {n} x {ctx.gpu.name}: its model states alone "
             f"({states / GiB:,.0f} GiB at {per_param} B/parameter) need {states / n / GiB:.1f} GiB per GPU even fully "
             f"sharded, over the {cap / GiB:.1f} GiB capacity; fix: at least {int(-(-states // (cap * 0.9)))} GPUs (--nodes/--gpus) "
             "or a larger-memory GPU"
         )
-    if result.best_infeasible is None and all_pruned:
+    if why.kind == "pins":
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
         return (f"{ctx.model.name} does not fit on {n} x {ctx.gpu.name} with {what}: every allowed shape leaves more "
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
-    if result.best_infeasible is None:
+    if why.kind == "batch":
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
         return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
                 f"{ctx.workload.batch} ({what}); fix: relax the pins or change --global-batch to a multiple of the DP degrees")
-    from planner.infeasible import memory_fixes
-
+    assert result.best_infeasible is not None
     row, peak = result.best_infeasible
-    cap = ctx.memory_capacity_bytes
     layout = row_to_layout(row, None)
     return (
         f"{ctx.model.name} fits nowhere on {ctx.cluster.num_gpus} x {ctx.gpu.name}: the least-memory layout "
