@@ -1,15 +1,34 @@
 """meshplan planner: topology graph, model specs, cost model and exact layout search (pure Python, no torch).
 
 Public API: `search`, `evaluate`, `sweep`, `Plan`, `Layout`, `Workload` (see planner.api, planner.sweep).
+The names are loaded on first use (PEP 562), so `import planner` and the `meshplan` command line start
+without pydantic models, numpy or the solver until a command needs them.
 """
 
-from planner.layout import Layout
-from planner.plan import Plan
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 # Importing the module of the same name first and binding the function over it makes `planner.sweep` the
 # function (`from planner.sweep import COLUMNS` still reaches the module); the module imports nothing heavy.
 from planner.sweep import sweep
-from planner.workload import Workload
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
+    from planner.plan import Plan
+    from planner.workload import Workload
+
+_LAZY = {"Layout": "planner.layout", "Plan": "planner.plan", "Workload": "planner.workload"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
 
 
 def search(*args, **kwargs):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 
 from planner.cli.app import abort, app, err, out
 from planner.cli.options import emit_json
@@ -19,6 +18,8 @@ from planner.errors import UserError
 
 def spec_yaml(spec) -> str:  # noqa: ANN001 - hardware_profiles.ClusterSpec
     """The profile as YAML, fields in reading order (sources last)."""
+    import yaml
+
     data = spec.model_dump(mode="json", exclude_unset=True)
     sources = data.pop("sources")
     data["sources"] = sources

@@ -37,41 +37,21 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 
 from planner.cli.app import abort, app, err, out, write_json_output
 from planner.errors import UserError
+
+if TYPE_CHECKING:
+    from planner.cli._run_summary import RunSummary  # a pydantic model: imported when a run is summarised
 
 DEFAULT_RANKS = 4
 """Gloo ranks of the no-argument run: 4 processes exercise 2-D layouts and finish in seconds on 2 cores."""
 DEFAULT_WORKLOAD = {"global_batch": 8, "seq_len": 64, "dtype": "fp32"}
 """Workload of the no-argument run: the tiny model's full context, fp32 as the executor runs on CPU."""
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
-class RunSummary(BaseModel):
-    """Measured vs predicted over a run (medians over steps, the first step left out as warm-up when
-    there are more)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    plan: str = Field(description="Plan file that was run.")
-    layout: str = Field(description="Layout, as `Layout.describe()`.")
-    steps: int = Field(description="Steps summarised (count).")
-    smoke: bool = Field(description="Toy-size model: predictions are for the full-size model.")
-    median_step_time_s: float = Field(description="Measured median step time (s).")
-    predicted_step_time_s: float = Field(description="Cost model's step time (s).")
-    median_tokens_per_s: float = Field(description="Measured median throughput (tokens/s).")
-    predicted_tokens_per_s: float = Field(description="Cost model's throughput (tokens/s).")
-    median_mfu: float | None = Field(description="Measured median MFU (fraction); null if the peak is unknown.")
-    predicted_mfu: float = Field(description="Cost model's MFU (fraction).")
-    deviation: float | None = Field(description="median_step_time_s / predicted_step_time_s - 1 (fraction).")
-    peak_memory_bytes: int | None = Field(description="Largest measured peak over steps and ranks (bytes); null on CPU.")
-    predicted_peak_memory_bytes: float = Field(description="Cost model's peak memory, max over pipeline stages (bytes).")
-    final_loss: float = Field(description="Loss of the last step.")
-    metrics: str = Field(description="JSON-lines metrics file of the run.")
 
 
 def _default_plan(nproc: int):
@@ -162,6 +142,8 @@ def _launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, l
 
 
 def _summarise(plan, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
+    from planner.cli._run_summary import RunSummary
+
     rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not rows:
         raise UserError("no steps were recorded", where=str(metrics))

@@ -37,7 +37,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from planner.errors import InfeasibleError
 from planner.solver.partition_data import (
@@ -95,6 +94,8 @@ def solve_partition(
     Raises PartitionInfeasibleError (naming the conflicting constraint groups) when nothing fits, and
     RuntimeError when CP-SAT finds no solution within the time limit or rejects the model.
     """
+    from ortools.sat.python import cp_model  # here, not at import: OR-Tools loads in ~0.4 s
+
     s = scale(problem)
     start = time.perf_counter()
     model, b, lits = _build(s, hint_chunks, explain=False)
@@ -125,6 +126,8 @@ def solve_partition(
 def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | None = None):
     """Model, boundary variables and the named group literals (explain: enforcement literals, and assumptions
     for the groups in `assume`, all by default)."""
+    from ortools.sat.python import cp_model
+
     L, p, K, C = len(s.layer_types), s.pp, s.time.shape[1], s.pp * s.v
     model = cp_model.CpModel()
     prefix = [[0] * (L + 1) for _ in range(K)]  # prefix[k][i]: type-k layers among the first i
@@ -221,6 +224,8 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
 def _explain_infeasible(s: ScaledProblem, time_limit_s: float, seed: int) -> PartitionInfeasibleError:
     """Name a minimal set of conflicting constraint groups: CP-SAT's sufficient assumptions (one worker), then
     each group dropped in turn while the rest stay infeasible (deletion filter: the set left is minimal)."""
+
+    from ortools.sat.python import cp_model
 
     def infeasible(names: list[str]) -> tuple[bool, list[str]]:
         model, _, lits = _build(s, None, explain=True, assume=names)

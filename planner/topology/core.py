@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from hardware_profiles import Cluster, GPUProfile
@@ -25,6 +25,9 @@ from planner.topology import flows, symmetry
 from planner.topology.estimate import KINDS, CollectiveEstimate, latency_steps
 from planner.topology.layout import Layout, build_layout
 from planner.topology.optimistic import OptimisticBounds
+
+if TYPE_CHECKING:
+    import networkx as nx  # imported with the graph, on first use: the queries work on arrays
 
 
 class Topology:
