@@ -18,17 +18,18 @@ if TYPE_CHECKING:
     from planner.plan import Plan
     from planner.workload import Workload
 
-_LAZY = {"Layout": "planner.layout", "Plan": "planner.plan", "Workload": "planner.workload"}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    """`Layout`, `Plan` and `Workload`, imported on first use (then cached as module attributes)."""
+    if name == "Layout":
+        from planner.layout import Layout as value
+    elif name == "Plan":
+        from planner.plan import Plan as value
+    elif name == "Workload":
+        from planner.workload import Workload as value
+    else:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def search(*args, **kwargs):
