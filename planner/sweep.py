@@ -66,15 +66,18 @@ class Point:
 
     @property
     def label(self) -> str:
-        shown = (self.labels.get(k) for k in ("model", "cluster", "gpus", "seq_len"))
-        return " ".join(str(v) for v in shown if v is not None)
+        """What the progress bar shows while the point runs: model, cluster, size."""
+        model, cluster = self.labels.get("model"), self.labels.get("cluster")
+        size = (f"{self.labels['gpus']} GPUs" if self.labels.get("gpus") is not None
+                else f"{self.labels['nodes']} nodes" if self.labels.get("nodes") is not None else None)
+        return " ".join(str(v) for v in (model, cluster, size) if v is not None)
 
 
-def as_list(value: Any) -> list[Any]:
-    """One value or a sequence of them, as a list (None stays one 'unset' entry)."""
+def as_list(value: Any, name: str) -> list[Any]:
+    """One value or a sequence of them, as a list (None stays one 'unset' entry); `name` for the error."""
     if isinstance(value, (list, tuple, range)):
         if not value:
-            raise UserError("an empty list of values", fix="give at least one value")
+            raise UserError(f"{name}=[] lists no values", fix=f"give {name} at least one value")
         return list(value)
     return [value]
 
@@ -119,7 +122,8 @@ def sweep(
         raise UserError("give nodes or gpus, not both", fix="drop one of them")
     if global_batch is None and global_batch_tokens is None:
         global_batch_tokens = 4 * 2**20
-    sizes = [("nodes", n) for n in as_list(nodes)] if gpus is None else [("gpus", g) for g in as_list(gpus)]
+    sizes = ([("nodes", n) for n in as_list(nodes, "nodes")] if gpus is None
+             else [("gpus", g) for g in as_list(gpus, "gpus")])
     loaded: dict[tuple, Any] = {}  # each model and cluster size resolved once
 
     def once(key: tuple, make: Callable[[], Any]) -> Any:
@@ -139,8 +143,9 @@ def sweep(
             return Point(labels, error=reason(exc))
         return Point(labels, spec, resolved, workload)
 
-    combos = itertools.product(as_list(model), as_list(cluster), sizes, as_list(global_batch),
-                               as_list(global_batch_tokens), as_list(seq_len))
+    combos = itertools.product(as_list(model, "model"), as_list(cluster, "cluster"), sizes,
+                               as_list(global_batch, "global_batch"),
+                               as_list(global_batch_tokens, "global_batch_tokens"), as_list(seq_len, "seq_len"))
     return run(
         [point(*combo) for combo in combos], tokens=tokens, price_per_gpu_hour=price_per_gpu_hour,
         progress=progress, **pins,
