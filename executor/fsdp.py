@@ -22,6 +22,12 @@ schedules split each backward into input- and weight-gradient passes, and per-la
 wrong gradients with no error (measured on torch 2.13); sharding only the chunk root is correct, so the
 pipeline builder asks for that.
 
+Experts under expert parallelism (`expert_mesh`): each MoE layer's local experts are one more unit, wrapped
+first on the expert-data-parallel mesh (executor.mesh), so the layer's unit leaves them out; as TorchTitan
+does, also when that mesh has one rank (every data rank in one EP group) and in the zero-bubble case, where
+dense weights are sharded per chunk root only: experts must never be reduced over the dense mesh, whose
+ranks hold different experts.
+
 Mixed precision: bf16 compute with fp32 gradient reduction on GPU (`MixedPrecisionPolicy`), fp32 on CPU.
 """
 
@@ -33,6 +39,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from executor.model import Transformer
+from executor.moe import MoE
 
 
 def mixed_precision(param_dtype: torch.dtype | None) -> MixedPrecisionPolicy:
@@ -48,12 +55,19 @@ def apply_fsdp(
     zero: int,
     param_dtype: torch.dtype | None = None,
     per_layer: bool = True,
+    expert_mesh: DeviceMesh | None = None,
 ) -> None:
     """Wrap `part` for data parallelism over `mesh` in place (skipped when the mesh has one rank and no
-    mixed precision is asked for: there is nothing to reduce)."""
+    mixed precision is asked for: there is nothing to reduce), its experts over `expert_mesh` under EP."""
     if mesh.size() == 1 and param_dtype is None:
         return
     mp = mixed_precision(param_dtype)
+    if expert_mesh is not None:
+        for moe in [m for m in part.modules() if isinstance(m, MoE)]:
+            if zero == 0:
+                replicate(moe.experts, mesh=expert_mesh, mp_policy=mp)
+            else:
+                fully_shard(moe.experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=zero == 3)
     if zero == 0:
         if per_layer:
             for key, block in part.layers.items():

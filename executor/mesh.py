@@ -10,6 +10,14 @@ planner's `Layout.rank_coords` and placement assume. From it:
                  dp_replicate x cp: a 2-D HSDP mesh (replicate, shard) whenever that product is > 1.
                  ZeRO-0 replicates over (dp_replicate, dp_shard, cp) flattened.
   tp, cp, pp   = 1-D slices.
+  ep           = expert parallelism (ep > 1): the `ep` consecutive ranks of the data block
+                 dp_replicate x dp_shard x cp (planner.expert_groups). To slice it, each data axis X is
+                 built as two mesh dims, X_mod_ep (outer) and X_in_ep (inner: the ranks of X inside one EP
+                 group), whose row-major product is X, so the rank layout is exactly the plan's.
+  expert_dp    = the mesh the experts' gradients are reduced over: the data ranks outside the EP group,
+                 treated as the dense weights are treated: ZeRO >= 1 shards over dp_shard_mod_ep and
+                 replicates across (dp_replicate_mod_ep, cp_mod_ep) (HSDP when that is > 1); ZeRO-0
+                 replicates over all three.
 
 Flattening is needed only where two axes are both > 1 (a size-1 axis adds nothing), which keeps the number of
 process groups created small. After building, `check` compares every submesh size with the layout.
@@ -21,13 +29,14 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from planner.expert_groups import DATA_AXES, layout_ep_parts
 from planner.layout import Layout
 
 
 @dataclass(kw_only=True)
 class Meshes:
     world: DeviceMesh
-    """The full mesh, dims named and ordered as `layout.mesh_axes`."""
+    """The full mesh: the plan's axes in its order (data axes split in two under EP, see the module docstring)."""
     pp: DeviceMesh
     tp: DeviceMesh
     cp: DeviceMesh
@@ -36,6 +45,10 @@ class Meshes:
     fsdp: DeviceMesh
     """Gradient-reduction mesh: 1-D (shard or replicate group) or 2-D (replicate, shard) for HSDP."""
     layout: Layout
+    ep: DeviceMesh | None = None
+    """The EP group (ep > 1), else None."""
+    expert_dp: DeviceMesh | None = None
+    """Gradient-reduction mesh of the experts under EP (ep > 1), else None (experts are dense weights)."""
 
     @property
     def dp_rank(self) -> int:
@@ -53,45 +66,90 @@ class Meshes:
     def tp_rank(self) -> int:
         return self.tp.get_local_rank()
 
+    def owns_experts(self) -> bool:
+        """True on one rank of every expert replica set (coordinate 0 in the expert-data-parallel and TP
+        meshes; with ep = 1, DP/CP/TP coordinate 0): who counts a copy of the experts exactly once."""
+        if self.expert_dp is None:
+            return self.dp_rank == 0 and self.cp_rank == 0 and self.tp_rank == 0
+        coords = self.expert_dp.get_coordinate() or []
+        return all(c == 0 for c in coords) and self.tp_rank == 0
 
-def _combine(world: DeviceMesh, axes: list[str], name: str) -> DeviceMesh:
-    """One 1-D mesh spanning `axes`: a plain slice when at most one of them is > 1, else a `_flatten`.
 
-    DeviceMesh slices only in mesh order, so the axes are taken in the order the plan put them.
+def _dims(layout: Layout) -> tuple[list[str], list[int], dict[str, list[str]]]:
+    """World mesh dims (names, sizes) and, per plan axis, the dims that make it up (row-major)."""
+    sizes = layout.axis_sizes()
+    parts = layout_ep_parts(layout) if layout.ep > 1 else None
+    assert layout.ep == 1 or parts is not None, "EP groups not a block of the mesh (executor.train.check_plan)"
+    names: list[str] = []
+    shape: list[int] = []
+    members: dict[str, list[str]] = {}
+    for axis in layout.mesh_axes:
+        if parts is not None and axis in DATA_AXES:
+            members[axis] = [f"{axis}_mod_ep", f"{axis}_in_ep"]
+            shape += [sizes[axis] // parts[axis], parts[axis]]
+        else:
+            members[axis] = [axis]
+            shape.append(sizes[axis])
+        names += members[axis]
+    return names, shape, members
+
+
+def _combine(world: DeviceMesh, dims: list[str], name: str) -> DeviceMesh:
+    """One 1-D mesh spanning `dims`: a plain slice when at most one of them is > 1, else a `_flatten`.
+
+    DeviceMesh slices only in mesh order, so the dims are taken in the order the world mesh has them.
     """
     names = list(world.mesh_dim_names or ())
-    big = [a for a in names if a in axes and world[a].size() > 1]
+    big = [a for a in names if a in dims and world[a].size() > 1]
     if len(big) <= 1:
-        return world[big[0] if big else axes[0]]
+        return world[big[0] if big else dims[0]]
     return world[tuple(big)]._flatten(name)
 
 
 def build_meshes(layout: Layout, device_type: str) -> Meshes:
-    world = init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=tuple(layout.mesh_axes))
-    dp = _combine(world, ["dp_replicate", "dp_shard"], "dp")
+    names, shape, members = _dims(layout)
+    world = init_device_mesh(device_type, tuple(shape), mesh_dim_names=tuple(names))
+
+    def of(*axes: str) -> list[str]:
+        return [d for a in axes for d in members[a]]
+
+    dp = _combine(world, of("dp_replicate", "dp_shard"), "dp")
+    shard = _combine(world, of("dp_shard"), "dp_shard")
     if layout.zero == 0:
         # ZeRO-0 replicates over every DP x CP rank.
-        fsdp = _combine(world, ["dp_replicate", "dp_shard", "cp"], "dp_cp")
+        fsdp = _combine(world, of("dp_replicate", "dp_shard", "cp"), "dp_cp")
     elif layout.dp_replicate * layout.cp > 1:
         # Shard inside dp_shard, replicate across dp_replicate x cp: HSDP (also when the shard group is 1).
-        fsdp = _hsdp_mesh(world)
+        fsdp = _hsdp_mesh(_combine(world, of("dp_replicate", "cp"), "dp_replicate_cp"), shard)
     else:
-        fsdp = world["dp_shard"]
-    meshes = Meshes(world=world, pp=world["pp"], tp=world["tp"], cp=world["cp"], dp=dp, fsdp=fsdp, layout=layout)
+        fsdp = shard
+    ep = expert_dp = None
+    if layout.ep > 1:
+        ep = _combine(world, [f"{a}_in_ep" for a in DATA_AXES], "ep")
+        outside = [f"{a}_mod_ep" for a in DATA_AXES]
+        if layout.zero == 0:
+            expert_dp = _combine(world, outside, "expert_dp")
+        else:
+            expert_shard = world["dp_shard_mod_ep"]
+            replicate = _combine(world, ["dp_replicate_mod_ep", "cp_mod_ep"], "expert_replicate")
+            expert_dp = _hsdp_mesh(replicate, expert_shard) if replicate.size() > 1 else expert_shard
+    meshes = Meshes(
+        world=world, pp=world["pp"], tp=world["tp"], cp=_combine(world, of("cp"), "cp"), dp=dp, fsdp=fsdp,
+        layout=layout, ep=ep, expert_dp=expert_dp,
+    )
     check(meshes)
     return meshes
 
 
-def _hsdp_mesh(world: DeviceMesh) -> DeviceMesh:
-    """The 2-D (replicate = dp_replicate x cp, shard = dp_shard) mesh of HSDP.
+def _hsdp_mesh(replicate: DeviceMesh, shard: DeviceMesh) -> DeviceMesh:
+    """The 2-D (replicate, shard) mesh of HSDP from two 1-D submeshes of the world mesh.
 
     Slicing cannot produce it in general (DeviceMesh slices only in mesh order, and dp_shard usually sits
     between dp_replicate and cp), and a mesh built from the rank grid would not share the world mesh's root,
     which FSDP needs to combine it with the TP mesh. `DeviceMesh._concatenate` (what FSDP2 itself uses for
     `DataParallelMeshDims`) joins two submeshes of the same root.
     """
-    replicate = _combine(world, ["dp_replicate", "cp"], "dp_replicate_cp")
-    return DeviceMesh._concatenate([replicate, world["dp_shard"]])
+    return DeviceMesh._concatenate([replicate, shard])
 
 
 def check(meshes: Meshes) -> None:
@@ -103,3 +161,8 @@ def check(meshes: Meshes) -> None:
         assert got == size, f"{name} mesh has {got} ranks, layout says {size}"
     fsdp_ranks = meshes.fsdp.size()
     assert fsdp_ranks == lay.dp * lay.cp, f"gradient mesh has {fsdp_ranks} ranks, expected dp*cp={lay.dp * lay.cp}"
+    if lay.ep > 1:
+        assert meshes.ep is not None and meshes.expert_dp is not None
+        assert meshes.ep.size() == lay.ep, f"ep mesh has {meshes.ep.size()} ranks, layout says {lay.ep}"
+        edp = meshes.expert_dp.size()
+        assert edp * lay.ep == lay.dp * lay.cp, f"expert gradient mesh has {edp} ranks, expected dp*cp/ep"

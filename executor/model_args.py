@@ -32,6 +32,9 @@ class MoEArgs:
     """The first `first_k_dense` layers stay dense."""
     router_bias: bool = False
     """Per-expert score bias used only to choose experts (DeepSeek-V3 aux-loss-free balancing)."""
+    capacity_factor: float | None = None
+    """None: dropless. A number: each expert takes at most ceil(factor * seq_len * top_k / num_experts) of a
+    sequence's token assignments (executor.routing)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +88,7 @@ def from_spec(spec: Any) -> ModelArgs:
     moe_spec = _get(spec, "moe")
     moe = None
     if moe_spec is not None:
+        capacity = _get(moe_spec, "capacity_factor")
         moe = MoEArgs(
             num_experts=int(_get(moe_spec, "num_experts")),
             top_k=int(_get(moe_spec, "top_k")),
@@ -93,6 +97,7 @@ def from_spec(spec: Any) -> ModelArgs:
             moe_layer_freq=int(_get(moe_spec, "moe_layer_freq", 1) or 1),
             first_k_dense=int(_get(moe_spec, "first_k_dense", 0) or 0),
             router_bias=bool(_get(moe_spec, "router_bias", False)),
+            capacity_factor=None if capacity is None else float(capacity),
         )
     num_heads = int(_get(spec, "num_heads"))
     hidden = int(_get(spec, "hidden_size"))
@@ -125,14 +130,15 @@ SMOKE_SEQ_LEN = 64
 """Smoke sequence length: 64 tokens, rounded up to a multiple of 2*cp (CP load-balancing chunks)."""
 
 
-def smoke_spec(spec: Any, *, tp: int, cp: int) -> Any:
+def smoke_spec(spec: Any, *, tp: int, cp: int, ep: int = 1) -> Any:
     """A scaled-down copy of a `ModelSpec` (same class, validated) for a laptop run of the same layout.
 
     Kept: number of layers, the MoE layer pattern (freq, first_k_dense), MLP/norm/position kinds, biases and
     tying (so the layer partition, schedule and TP plan are exercised as planned). Shrunk: widths, heads
     (kv heads = the multiple of tp >= 2; heads = kv for MHA models, 2*kv for GQA ones, so both divide by
-    tp), vocab, max_seq_len, and experts (at most 4 routed, top-k at most 2, at most 1 shared). MLA
-    attention becomes GQA: a smoke run checks the layout, not the architecture.
+    tp), vocab, max_seq_len, and experts (4 routed, or the smallest multiple of ep from 4 up, never more than
+    the model has; top-k at most 2, at most 1 shared). MLA attention becomes GQA: a smoke run checks the
+    layout, not the architecture.
     """
     data = spec.model_dump()
     kv_heads = tp * math.ceil(2 / tp)
@@ -151,7 +157,8 @@ def smoke_spec(spec: Any, *, tp: int, cp: int) -> Any:
         mla=None,
     )
     if spec.moe is not None:
-        experts = min(spec.moe.num_experts, 4)
+        # ep divides num_experts (checked), so this multiple of ep stays <= num_experts.
+        experts = ep * math.ceil(min(spec.moe.num_experts, 4) / ep)
         data["moe"] = {
             **data["moe"],
             "num_experts": experts,
@@ -165,6 +172,22 @@ def smoke_spec(spec: Any, *, tp: int, cp: int) -> Any:
 def smoke_seq_len(cp: int) -> int:
     step = 2 * cp
     return step * math.ceil(SMOKE_SEQ_LEN / step)
+
+
+def check_experts(spec: Any, ep: int) -> None:
+    """ep > 1 needs a mixture-of-experts model whose routed expert count it divides (checked on the plan's
+    own model, before `smoke_spec` resizes the experts)."""
+    if ep == 1:
+        return
+    moe = _get(spec, "moe")
+    num_experts = None if moe is None else int(_get(moe, "num_experts"))
+    if num_experts is None or num_experts % ep:
+        have = "a dense model" if num_experts is None else f"num_experts={num_experts}"
+        raise UserError(
+            f"ep={ep} needs a mixture-of-experts model whose expert count it divides ({have})",
+            where="plan: layout.ep",
+            fix="plan with an ep that divides the number of experts (ep=1 for a dense model)",
+        )
 
 
 def check_divisibility(args: ModelArgs, *, tp: int, cp: int, seq_len: int) -> None:

@@ -2,15 +2,17 @@
 
 Order, and why:
   1. split        the plan's pipeline chunks for this rank, built on the meta device (no memory yet)
-  2. TP / SP      first: it replaces parameters with DTensors and installs the layout hooks everything
-                  else wraps
-  3. CP           swaps the attention core (needs the TP-local head counts, so after TP)
-  4. AC           wraps layers or attention cores (after TP/CP so it recomputes their communication too,
+  2. EP           keep this rank's experts and install the token exchange (plain modules still, so TP
+                  then shards only the experts this rank keeps)
+  3. TP / SP      it replaces parameters with DTensors and installs the layout hooks everything else wraps
+  4. CP           swaps the attention core (needs the TP-local head counts, so after TP)
+  5. AC           wraps layers or attention cores (after TP/CP so it recomputes their communication too,
                   before FSDP so an FSDP unit is the wrapped layer)
-  5. FSDP / DDP   last of the module transforms: it shards whatever parameters the others produced (2-D
-                  DTensors with TP), per layer, or per chunk root under the zero-bubble schedule
-  6. materialise  `to_empty` + layout-independent init of each rank's shards (executor.init)
-  7. PP           stages and schedule over the finished chunks (when pp > 1)
+  6. FSDP / DDP   last of the module transforms: it shards whatever parameters the others produced (2-D
+                  DTensors with TP), per layer, or per chunk root under the zero-bubble schedule; experts
+                  under EP on their own mesh
+  7. materialise  `to_empty` + layout-independent init of each rank's shards (executor.init)
+  8. PP           stages and schedule over the finished chunks (when pp > 1)
 The executor never decides anything here: every choice comes from the plan's `Layout`.
 """
 
@@ -23,6 +25,7 @@ import torch
 
 from executor.ac import apply_ac
 from executor.cp import apply_cp, cp_positions
+from executor.ep import apply_ep
 from executor.fsdp import apply_fsdp
 from executor.init import materialize
 from executor.mesh import Meshes
@@ -70,10 +73,12 @@ def apply_plan(
     else:
         positions = torch.arange(seq_len)
     for part in parts:
+        apply_ep(part, meshes.ep, meshes.cp)
         apply_tp(part, meshes.tp, sequence_parallel=layout.sequence_parallel)
         apply_cp(part, meshes.cp)
         apply_ac(part, layout.recompute)
-        apply_fsdp(part, meshes.fsdp, zero=layout.zero, param_dtype=param_dtype, per_layer=not zero_bubble)
+        apply_fsdp(part, meshes.fsdp, zero=layout.zero, param_dtype=param_dtype, per_layer=not zero_bubble,
+                   expert_mesh=meshes.expert_dp)
         materialize(part, device, num_layers=args.num_layers, seed=seed)
         part.set_positions(positions.to(device))
     schedule, stages = None, []

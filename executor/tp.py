@@ -11,7 +11,10 @@ DTensor styles from `torch.distributed.tensor.parallel`, applied per module:
 
 MoE layers: the router stays replicated; each expert (and the shared expert) is column/row sharded like a
 dense MLP with Replicate output, and under SP the whole MoE block gathers its input sequence and scatters
-its output. Routing is computed from replicated activations, so every TP rank routes identically.
+its output. Routing is computed from replicated activations, so every TP rank routes identically. Under
+expert parallelism the experts stay TP-sharded the same way (TorchTitan's ETP = TP): the ranks of one TP
+group route the same tokens, exchange them within their own EP groups (one per TP coordinate) and so feed
+their expert shards identical rows.
 
 Without SP, norm weights stay plain tensors next to DTensors, so the optimizer is built with foreach=False
 in that case (`train.build_optimizers`).
@@ -77,8 +80,8 @@ def apply_tp(part: Transformer, tp_mesh: DeviceMesh, *, sequence_parallel: bool)
             )
         ffn = block.feed_forward
         if isinstance(ffn, MoE):
-            for e, expert in enumerate(ffn.experts):
-                plan.update(_mlp_plan(f"feed_forward.experts.{e}", expert, Replicate()))
+            for key, expert in ffn.experts.items():  # this rank's experts (all of them unless EP)
+                plan.update(_mlp_plan(f"feed_forward.experts.{key}", expert, Replicate()))
             if ffn.shared is not None:
                 plan.update(_mlp_plan("feed_forward.shared", ffn.shared, Replicate()))
             if sp:

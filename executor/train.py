@@ -33,13 +33,21 @@ import torch.distributed as dist
 from executor import faults
 from executor.data import MemmapTokens, SyntheticTokens, local_batch
 from executor.mesh import Meshes, build_meshes
-from executor.model_args import ModelArgs, check_divisibility, from_spec, smoke_seq_len, smoke_spec
+from executor.model_args import (
+    ModelArgs,
+    check_divisibility,
+    check_experts,
+    from_spec,
+    smoke_seq_len,
+    smoke_spec,
+)
 from executor.options import RunOptions, parse_args
 from executor.parallelize import ParallelModel, apply_plan
 from executor.step import OptimizerConfig, build_optimizers
 from executor.timeouts import DEFAULT_TIMEOUT_S, CollectiveFailure, phase, set_group_timeouts
 from executor.world import World, check_world, init_process_group
 from planner.errors import UserError
+from planner.expert_groups import ep_problem
 from planner.plan import Plan
 
 
@@ -75,10 +83,10 @@ class Run:
 def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, int]:
     """Model-side checks of the plan; returns (spec to train, its ModelArgs, sequence length)."""
     lay = plan.layout
-    if lay.ep > 1:
-        raise UserError(
-            f"ep={lay.ep}: expert parallelism lands in a later issue", where=f"{where}: layout.ep", fix="plan with ep=1"
-        )
+    problem = ep_problem(lay)
+    if problem is not None:
+        raise UserError(problem, where=f"{where}: layout.ep", fix="choose another ep or reorder layout.mesh_axes")
+    check_experts(plan.inputs.model, lay.ep)
     workload = plan.inputs.workload
     if lay.global_batch != workload.batch:
         raise UserError(
@@ -89,7 +97,7 @@ def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, 
     spec = plan.inputs.model
     seq_len = workload.seq_len
     if smoke:
-        spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp)
+        spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp, ep=lay.ep)
         seq_len = smoke_seq_len(lay.cp)
     args = from_spec(spec)
     check_divisibility(args, tp=lay.tp, cp=lay.cp, seq_len=seq_len)

@@ -63,6 +63,14 @@ class MoESpec(BaseModel):
         description="Per-expert router score bias, E parameters per MoE layer (DeepSeek-V3 e_score_correction_bias, "
         "aux-loss-free balancing).",
     )
+    capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HEADS,
+        description="Expert capacity: None routes every token (dropless); a number c lets each expert take at "
+        "most ceil(c * seq_len * top_k / num_experts) of one sequence's token assignments, the rest dropped "
+        "(first choices before second ones, earlier tokens first: GShard, Lepikhin et al. 2020, Algorithm 1).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:

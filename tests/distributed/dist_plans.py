@@ -34,6 +34,26 @@ TINY_GPT: dict[str, Any] = {
 }
 """A GPT-2-style tiny model: exercises every non-Llama branch of the reference model."""
 
+TINY_MOE_STEERED: dict[str, Any] = {
+    **preset("tiny-moe").model_dump(mode="json"),
+    "name": "tiny-moe-steered",
+    "moe": {**preset("tiny-moe").moe.model_dump(mode="json"), "router_bias": True},
+    "source": "meshplan test model: tiny-moe with a DeepSeek-V3 selection bias, which the tests set (STEERING)",
+}
+"""tiny-moe whose routing the tests steer through the selection bias (dropless)."""
+TINY_MOE_CAPACITY: dict[str, Any] = {
+    **TINY_MOE_STEERED,
+    "name": "tiny-moe-capacity",
+    "moe": {**TINY_MOE_STEERED["moe"], "capacity_factor": 1.0},
+}
+"""The same with capacity factor 1: each expert serves at most ceil(64 * 2 / 4) = 32 assignments per sequence."""
+STEERING = [1.0, 0.0, 0.0, -1.0e4]
+"""Selection bias for the steered models (it chooses experts; weights stay the router's probabilities):
+expert 0 is every token's first choice (1 + p beats any probability p < 1), experts 1 and 2 share the second
+choices by router probability, and expert 3 is never in a top 2, so it provably receives no token. Under EP
+the rank holding experts 0 and 1 receives most rows (ep=4: the rank holding expert 3 receives none). With
+capacity 32 per sequence, 32 of each sequence's 128 assignments at least are dropped (expert 0 alone is offered 64)."""
+
 
 def model_spec(model: str | dict[str, Any]) -> ModelSpec:
     if isinstance(model, dict):

@@ -2,7 +2,9 @@
 
     torchrun --nproc-per-node N tests/distributed/equivalence_worker.py CASES.json RESULTS.jsonl
 
-CASES.json is a list of {"name", "model" (preset name or ModelSpec dict), "layout" (Layout fields), "steps"}.
+CASES.json is a list of {"name", "model" (preset name or ModelSpec dict), "layout" (Layout fields), "steps",
+optionally "router_bias" (one value per expert, set in every MoE layer's DeepSeek selection bias, here and in
+the reference, to steer routing: a very negative entry makes that expert provably receive no token)}.
 Every case uses all N ranks. For each case every rank:
   1. builds the plan's run with the executor's own code (`executor.train.build_run`: mesh, TP/SP, CP, AC,
      FSDP/HSDP/replicate, pipeline; same seed, same data as the reference),
@@ -13,7 +15,9 @@ The reference is the unparallelised model (one chunk, all layers, plain tensors)
 global batch in this process, computed once per (model, steps) and cached.
 
 Errors are reduced with MAX over all ranks; coverage (elements compared) is summed over the ranks at DP,
-CP and TP coordinate 0, so every parameter of the reference must be compared exactly once. Rank 0 appends
+CP and TP coordinate 0 (for experts under EP: coordinate 0 of the expert-data-parallel and TP meshes), so
+every parameter of the reference must be compared exactly once. MoE routing is logged (`RoutingLog`): rows
+per expert, calls whose all-to-all splits were uneven, assignments dropped by the capacity rule. Rank 0 appends
 one JSON line per case to RESULTS.jsonl (a crash keeps the finished cases).
 """
 
@@ -39,6 +43,7 @@ from executor.data import SyntheticTokens  # noqa: E402
 from executor.init import canonical_name, materialize  # noqa: E402
 from executor.model import Transformer, loss_fn  # noqa: E402
 from executor.model_args import from_spec  # noqa: E402
+from executor.moe import MoE  # noqa: E402
 from executor.options import RunOptions  # noqa: E402
 from executor.step import OptimizerConfig, forward_backward, global_loss, optimizer_step  # noqa: E402
 from executor.train import build_run  # noqa: E402
@@ -57,15 +62,61 @@ eps=1e-4 the slope is 10 and noise stays ~1e-7. Gradients themselves are compare
 _REFERENCE: dict[str, dict] = {}
 
 
-def reference(model: str | dict, steps: int, global_batch: int) -> dict:
+def set_router_bias(modules, bias: list[float] | None) -> None:
+    """Every MoE layer's selection bias := `bias` (the model must have router_bias: true)."""
+    if bias is None:
+        return
+    for m in modules:
+        if isinstance(m, MoE):
+            m.router_bias.copy_(torch.tensor(bias, dtype=m.router_bias.dtype))
+
+
+class RoutingLog:
+    """While active, records every MoE call on this rank: rows per global expert and assignments offered."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, int]] = []
+
+    def __enter__(self) -> RoutingLog:
+        original = self._original = MoE.assignments
+
+        def logged(moe: MoE, x: torch.Tensor):
+            out = original(moe, x)
+            self.calls.append((out[3].detach().cpu(), x[..., 0].numel() * moe.top_k))
+            return out
+
+        MoE.assignments = logged
+        return self
+
+    def __exit__(self, *exc) -> None:
+        MoE.assignments = self._original
+
+    def summary(self, ep: int, num_experts: int) -> dict:
+        """Summed over all ranks: rows per expert, calls whose per-destination split sizes differed, and
+        assignments the capacity rule dropped."""
+        if not self.calls:
+            rows, uneven, dropped = torch.zeros(num_experts, dtype=torch.int64), 0, 0
+        else:
+            rows = torch.stack([c for c, _ in self.calls]).sum(dim=0)
+            uneven = sum(int(len(set(c.view(ep, -1).sum(dim=1).tolist())) > 1) for c, _ in self.calls)
+            dropped = sum(offered - int(c.sum()) for c, offered in self.calls)
+        stats = torch.cat([rows, torch.tensor([uneven, dropped, len(self.calls)])]).to(torch.int64)
+        dist.all_reduce(stats)
+        n = len(rows)
+        return {"rows_per_expert": stats[:n].tolist(), "uneven_calls": int(stats[n]), "dropped": int(stats[n + 1]),
+                "calls": int(stats[n + 2])}
+
+
+def reference(model: str | dict, steps: int, global_batch: int, router_bias: list[float] | None = None) -> dict:
     """Losses and weights (initial and after `steps`) of the single-process model on the full batch."""
-    key = json.dumps([model, steps, global_batch], sort_keys=True)
+    key = json.dumps([model, steps, global_batch, router_bias], sort_keys=True)
     if key in _REFERENCE:
         return _REFERENCE[key]
     args = from_spec(model_spec(model))
     with torch.device("meta"):
         ref = Transformer(args, range(args.num_layers), first=True, last=True)
     materialize(ref, torch.device("cpu"), num_layers=args.num_layers, seed=SEED)
+    set_router_bias(ref.modules(), router_bias)
     ref.set_positions(torch.arange(SEQ_LEN))
     cfg = OPTIM
     opt = torch.optim.AdamW(
@@ -151,14 +202,19 @@ def run_case(case: dict, world_size: int) -> dict:
         run = build_run(plan, RunOptions(plan=Path("test-plan.json"), seed=SEED), world, optimizer=OPTIM)
     finally:
         parallelize.ZERO_BUBBLE = pipeline.ZERO_BUBBLE
-    ref = reference(case["model"], steps, layout.global_batch)
+    bias = case.get("router_bias")
+    for part in run.model.parts:
+        set_router_bias(part.modules(), bias)
+    ref = reference(case["model"], steps, layout.global_batch, bias)
     got_init = full_params(run.model.parts)
     init_err = max(rel_errs(got_init, ref["init"]).values())
     losses = []
     grad_err, worst_grad = 0.0, ""
+    log = RoutingLog()
     for step in range(1, steps + 1):
         inputs, targets = run.batch(step)
-        local = forward_backward(run.model, inputs, targets)
+        with log:
+            local = forward_backward(run.model, inputs, targets)
         if step == 1:
             got_grads = full_params(run.model.parts, grads=True)
             grad_errs = rel_errs(got_grads, ref["grads"])
@@ -177,11 +233,16 @@ def run_case(case: dict, world_size: int) -> dict:
     update_err = max(rel_errs(got_update, ref_update, floor=1e-2).values())
     loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, ref["losses"], strict=True))
     m = run.meshes
-    owner = m.dp_rank == 0 and m.cp_rank == 0 and m.tp_rank == 0
-    covered = sum(v.numel() for n, v in got_final.items() if n != "output.weight" or not run.args.tied_embeddings)
+    dense_owner = m.dp_rank == 0 and m.cp_rank == 0 and m.tp_rank == 0
+    expert_owner = m.owns_experts()
+    covered = sum(
+        v.numel() for n, v in got_final.items()
+        if (n != "output.weight" or not run.args.tied_embeddings)
+        and (expert_owner if ".experts." in n else dense_owner)
+    )
     errs = torch.tensor([init_err, loss_err, weight_err, update_err, grad_err], dtype=torch.float64)
     dist.all_reduce(errs, op=dist.ReduceOp.MAX)
-    count = torch.tensor([covered if owner else 0], dtype=torch.int64)
+    count = torch.tensor([covered], dtype=torch.int64)
     dist.all_reduce(count)
     return {
         "name": case["name"],
@@ -196,6 +257,7 @@ def run_case(case: dict, world_size: int) -> dict:
         "covered": int(count.item()),
         "ref_numel": ref["numel"],
         "worst_on_rank0": {"grad": worst_grad, "weight": worst_weight},
+        "routing": log.summary(layout.ep, run.args.moe.num_experts if run.args.moe else 0),
         "seconds": time.perf_counter() - t0,
     }
 
