@@ -26,7 +26,10 @@ Experts under expert parallelism (`expert_mesh`): each MoE layer's local experts
 first on the expert-data-parallel mesh (executor.mesh), so the layer's unit leaves them out; as TorchTitan
 does, also when that mesh has one rank (every data rank in one EP group) and in the zero-bubble case, where
 dense weights are sharded per chunk root only: experts must never be reduced over the dense mesh, whose
-ranks hold different experts.
+ranks hold different experts. Under zero bubble the expert unit is not resharded after forward (as the
+chunk root is not): with resharding, ZeRO-3 zb-h1 gives wrong expert gradients (measured, torch 2.13), and
+under pipeline parallelism ZeRO-3 holds gathered weights until the step's reduction anyway
+(planner.cost.memory.state_sharding_stage).
 
 Mixed precision: bf16 compute with fp32 gradient reduction on GPU (`MixedPrecisionPolicy`), fp32 on CPU.
 """
@@ -67,7 +70,9 @@ def apply_fsdp(
             if zero == 0:
                 replicate(moe.experts, mesh=expert_mesh, mp_policy=mp)
             else:
-                fully_shard(moe.experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=zero == 3)
+                # Under zero bubble they stay gathered like the chunk root: resharding them after forward
+                # gives wrong gradients with the split backward (measured on torch 2.13, ZeRO-3 zb-h1).
+                fully_shard(moe.experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=zero == 3 and per_layer)
     if zero == 0:
         if per_layer:
             for key, block in part.layers.items():

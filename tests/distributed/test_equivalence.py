@@ -20,6 +20,12 @@ tolerances (fp32 throughout; observed values are at most ~1e-6, so each bound ha
 The test optimizer is AdamW with eps=1e-4 (see equivalence_worker.OPTIM for why not 1e-8: Adam's first
 step lr*g/(|g|+eps) turns rounding noise of near-zero gradient elements into O(lr) differences).
 
+Expert parallelism (`moe_ep*`) is held to the same tolerances. Its cases steer routing through the
+DeepSeek-V3 selection bias (dist_plans.STEERING) so that expert 3 provably receives no token and the
+all-to-all split sizes are uneven (under ep=4 one EP rank receives no row at all); with a capacity factor,
+assignments are provably dropped. The worker logs every MoE call and `test_moe_routing_is_uneven_and_starves
+_an_expert` checks that this routing really happened, so the equivalence above covers it.
+
 Layouts are grouped into one torchrun launch per world size (2, 4, 8 ranks) to keep the launch overhead
 (~5-20 s per launch on the 2-core CI machine) paid three times; each launch runs its layouts one after
 another in the same process group.
@@ -32,7 +38,7 @@ from typing import Any
 
 import pytest
 from dist_launch import REPO, tail, torchrun
-from dist_plans import TINY_GPT
+from dist_plans import STEERING, TINY_GPT, TINY_MOE_CAPACITY, TINY_MOE_STEERED
 
 pytestmark = pytest.mark.distributed
 
@@ -44,6 +50,12 @@ UPDATE_RTOL = 1e-3
 
 def _case(name: str, model: str | dict, **layout: Any) -> dict:
     return {"name": name, "model": model, "layout": layout}
+
+
+def _steered(name: str, model: dict, **layout: Any) -> dict:
+    """An MoE case routed by dist_plans.STEERING: expert 3 gets no token; capacity models drop assignments."""
+    return {**_case(name, model, **layout), "router_bias": STEERING, "dead_experts": [3],
+            "drops": model is TINY_MOE_CAPACITY}
 
 
 GROUPS: dict[int, list[dict]] = {
@@ -60,6 +72,9 @@ GROUPS: dict[int, list[dict]] = {
         _case("gpt_tp2_no_sp_tied", TINY_GPT, tp=2, micro_batch=8),
         _case("gpt_cp2_learned_positions", TINY_GPT, cp=2, micro_batch=4, num_microbatches=2),
         _case("gpt_pp2_1f1b_tied_across_stages", TINY_GPT, pp=2, schedule="1f1b", micro_batch=2, num_microbatches=4),
+        _steered("moe_ep2_fsdp", TINY_MOE_STEERED, dp=2, ep=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2),
+        _case("moe_ep2_ddp_unsteered", "tiny-moe", dp=2, ep=2, zero=0, micro_batch=2, num_microbatches=2),
+        _steered("moe_ep2_inside_cp2_capacity", TINY_MOE_CAPACITY, cp=2, ep=2, micro_batch=4, num_microbatches=2),
     ],
     4: [
         _case("hsdp_2x2", "tiny", dp=4, zero=3, dp_shard=2, micro_batch=1, num_microbatches=2),
@@ -84,6 +99,22 @@ GROUPS: dict[int, list[dict]] = {
         _case("interleaved_pp2_dp2_fsdp", "tiny", pp=2, dp=2, zero=3, dp_shard=2, schedule="interleaved",
               virtual_stages=2, micro_batch=1, num_microbatches=4),
         _case("1f1b_pp2_dp2_ddp", "tiny", pp=2, dp=2, zero=0, schedule="1f1b", micro_batch=1, num_microbatches=4),
+        _steered("moe_ep4_fsdp", TINY_MOE_STEERED, dp=4, ep=4, zero=3, dp_shard=4, micro_batch=1,
+                 num_microbatches=2),
+        _steered("moe_ep2_experts_fsdp_over_the_rest", TINY_MOE_STEERED, dp=4, ep=2, zero=3, dp_shard=4,
+                 micro_batch=1, num_microbatches=2),
+        _steered("moe_ep2_dp2_pp2_zb_h1_zero3", TINY_MOE_STEERED, pp=2, dp=2, ep=2, zero=3, dp_shard=2,
+                 schedule="zb-h1", micro_batch=1, num_microbatches=4),
+        _steered("moe_ep2_dp2_pp2_1f1b_ddp", TINY_MOE_STEERED, pp=2, dp=2, ep=2, zero=0, schedule="1f1b",
+                 micro_batch=1, num_microbatches=4),
+        _steered("moe_ep2_dp2_tp2_sp", TINY_MOE_STEERED, dp=2, tp=2, ep=2, zero=3, dp_shard=2,
+                 sequence_parallel=True, micro_batch=2, num_microbatches=2),
+        _steered("moe_ep4_hsdp_spanning_replicas_capacity", TINY_MOE_CAPACITY, dp=4, zero=3, dp_shard=2, ep=4,
+                 micro_batch=1, num_microbatches=2),
+        _steered("moe_ep4_cp2_dp2_capacity_full_recompute", TINY_MOE_CAPACITY, dp=2, cp=2, ep=4, zero=2,
+                 dp_shard=2, recompute="full", micro_batch=2, num_microbatches=2),
+        _steered("moe_ep2_axes_reordered", TINY_MOE_STEERED, dp=4, ep=2, zero=3, dp_shard=2, micro_batch=1,
+                 num_microbatches=2, mesh_axes=["tp", "dp_shard", "pp", "cp", "dp_replicate"]),
         {
             **_case("control_zb_h1_per_layer_fsdp", "tiny", pp=2, dp=2, zero=3, dp_shard=2, schedule="zb-h1",
                     micro_batch=1, num_microbatches=4),
@@ -160,6 +191,27 @@ def test_harness_detects_per_layer_fsdp_under_zero_bubble(results, world: int, n
     r = got.get(name)
     assert r is not None and "error" not in r, tail(got["__launch__"]["proc"])
     assert r["grad_err"] > 1e-2, f"per-layer FSDP under zb-h1 now gives correct gradients ({r['grad_err']:.2e})"
+
+
+MOE_EP_CASES = [(w, c) for w, cases in GROUPS.items() for c in cases if c["layout"].get("ep", 1) > 1]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("world", "case"), [pytest.param(w, c, id=c["name"]) for w, c in MOE_EP_CASES])
+def test_moe_routing_is_uneven_and_starves_an_expert(results, world: int, case: dict) -> None:
+    """The EP cases exercised what they claim (the worker's routing log, summed over ranks and steps):
+    all-to-all split sizes that differ between destinations, a starved expert, dropped assignments."""
+    r = results(world).get(case["name"])
+    assert r is not None and "error" not in r, r
+    routing = r["routing"]
+    assert routing["calls"] > 0 and routing["uneven_calls"] > 0, routing
+    rows = routing["rows_per_expert"]
+    dead = case.get("dead_experts", [])
+    assert all(rows[e] == 0 for e in dead) and all(n > 0 for e, n in enumerate(rows) if e not in dead), rows
+    if case.get("drops"):
+        assert routing["dropped"] > 0, routing
+    else:
+        assert routing["dropped"] == 0, routing
 
 
 def test_groups_use_their_world_size() -> None:

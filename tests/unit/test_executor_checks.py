@@ -59,14 +59,28 @@ def test_gpu_plan_needs_cuda_or_smoke(monkeypatch) -> None:
 
 
 def test_plan_model_checks() -> None:
-    moe_ep = make_plan("tiny-moe", Layout(dp=2, ep=2, zero=3, dp_shard=2, micro_batch=4))
-    with pytest.raises(UserError, match="ep=2: expert parallelism lands in a later issue"):
-        check_plan(moe_ep, smoke=False, where="p.json")
     plan = make_plan("tiny", Layout(dp=2, micro_batch=4))
     data = plan.model_dump(mode="json")
     data["inputs"]["workload"]["global_batch"] = 16
     with pytest.raises(UserError, match="dp\\*micro_batch\\*num_microbatches=8 != workload.global_batch=16"):
         check_plan(Plan.model_validate(data), smoke=False, where="p.json")
+
+
+def test_expert_parallel_checks() -> None:
+    """ep > 1 runs (the data axes lend it ranks) when its group is a block of the mesh and it divides the
+    plan's experts; otherwise one line names the rule and the fix."""
+    check_plan(make_plan("tiny-moe", Layout(dp=2, ep=2, zero=3, dp_shard=2, micro_batch=4)), smoke=False, where="p")
+    check_plan(make_plan("tiny-moe", Layout(dp=2, cp=2, ep=4, zero=0, micro_batch=4)), smoke=True, where="p")
+    with pytest.raises(UserError, match="ep=2 needs a mixture-of-experts model.*a dense model") as exc:
+        check_plan(make_plan("tiny", Layout(dp=2, ep=2, micro_batch=4)), smoke=False, where="p")
+    assert "fix:" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(UserError, match="ep=3 needs .*num_experts=4"):
+        check_plan(make_plan("tiny-moe", Layout(dp=3, ep=3, micro_batch=1, num_microbatches=8)), smoke=True,
+                   where="p")
+    # cp=2 is the innermost data axis and ep=3 neither divides it nor is a multiple of it.
+    six = Layout(dp=3, cp=2, ep=3, micro_batch=1, num_microbatches=8)
+    with pytest.raises(UserError, match=r"ep=3 is not a block of the data axes \(cp=2, dp_shard=1, dp_replicate=3"):
+        check_plan(make_plan("tiny-moe", six), smoke=True, where="p")
 
 
 def test_smoke_plan_shrinks_model_and_sequence() -> None:

@@ -122,8 +122,42 @@ def test_moe_equals_per_token_mixture_of_experts() -> None:
             probs = torch.softmax(moe.router(tok), -1)
             top = torch.topk(probs, args.moe.top_k)
             weights = top.values / top.values.sum()
-            out = sum(w * moe.experts[int(e)](tok) for w, e in zip(weights, top.indices, strict=True))
+            out = sum(w * moe.experts[str(int(e))](tok) for w, e in zip(weights, top.indices, strict=True))
             want[b, t] = out + moe.shared(tok)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_capacity_drops_assignments_in_gshard_order() -> None:
+    """Oracle, written out per sequence: first choices claim places in token order, then second choices;
+    an assignment past the capacity adds nothing and the token's other expert keeps its weight."""
+    spec = preset("tiny-moe")
+    spec = spec.model_copy(update={"moe": spec.moe.model_copy(update={"capacity_factor": 0.5})})
+    args = from_spec(spec)
+    with torch.device("meta"):
+        moe = MoE(args.hidden_size, args.moe, swiglu=True, bias=False)
+    materialize(moe, torch.device("cpu"), num_layers=4, seed=3)
+    seq = 12
+    limit = math.ceil(0.5 * seq * 2 / 4)  # 3 of a sequence's 24 assignments per expert
+    x = torch.randn(2, seq, args.hidden_size, generator=torch.Generator().manual_seed(5))
+    got = moe(x)
+    want = torch.empty_like(x)
+    dropped = 0
+    for b in range(2):
+        probs = torch.softmax(moe.router(x[b]), -1)
+        top = torch.topk(probs, 2)
+        weights = top.values / top.values.sum(-1, keepdim=True)
+        taken = [0] * 4
+        keep = torch.zeros(seq, 2, dtype=torch.bool)
+        for slot in range(2):
+            for t in range(seq):
+                e = int(top.indices[t, slot])
+                keep[t, slot] = taken[e] < limit
+                taken[e] += 1
+        dropped += int((~keep).sum())
+        for t in range(seq):
+            out = sum(weights[t, s] * moe.experts[str(int(top.indices[t, s]))](x[b, t]) for s in range(2) if keep[t, s])
+            want[b, t] = out + moe.shared(x[b, t])
+    assert dropped >= 2 * (24 - 4 * limit)  # 24 assignments, 12 places: half of them at least are dropped
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
