@@ -13,7 +13,9 @@ What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hi
 - CP (Llama 3 paper Sec. 3.3.2): all-gather of K and V (2*T*kv_dim/tp per rank, cp ranks) in forward and a
   reduce-scatter of their gradients in backward; overlapped with the attention core, only the excess shows.
 - EP (Lepikhin et al. 2020, GShard): all-to-all dispatch and combine of T*top_k*h per MoE layer, forward and
-  backward. Not overlapped.
+  backward, plus the forward's exchange of per-expert token counts (E integers per rank: the split sizes,
+  executor.ep). Not overlapped. Groups: `evaluate._ep_groups`; calibrated (measured_comm) by the executor's
+  own uneven-split exchange.
 - PP (Narayanan et al. 2021 Sec. 4.1 scatter/gather): one p2p of T*h/tp (with SP) per stage boundary and
   micro-batch chunk, forward and backward, on the critical path.
 - DP/FSDP (Rajbhandari et al. 2020; Zhao et al. 2023, PyTorch FSDP): see `dp_time_s`.
@@ -164,12 +166,24 @@ def cp_layer_fwd_s(ctx: CostContext, ag, tokens: np.ndarray, tp: np.ndarray, cp:
     return affine(ag, np.where(cp > 1, gathered, 0.0))
 
 
-def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
-    """Forward EP all-to-all dispatch + combine of one MoE layer and micro-batch."""
+COUNT_BYTES = 8
+"""Bytes of one exchanged token count (int64, executor.ep)."""
+
+
+def ep_layer_bwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Backward EP all-to-alls of one MoE layer and micro-batch: the gradients of dispatch and combine."""
     if ctx.model.moe is None:
         return np.zeros_like(tokens, dtype=float)
     msg = tokens * ctx.model.moe.top_k * ctx.model.hidden_size * ctx.act_bytes
     return 2 * affine(a2a, np.where(ep > 1, msg, 0.0))
+
+
+def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Forward EP all-to-alls of one MoE layer and micro-batch: token counts, dispatch and combine."""
+    if ctx.model.moe is None:
+        return np.zeros_like(tokens, dtype=float)
+    counts = np.where(ep > 1, ctx.model.moe.num_experts * COUNT_BYTES, 0.0)
+    return ep_layer_bwd_s(ctx, a2a, tokens, ep) + affine(a2a, counts)
 
 
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 from planner.cost import comm, compute, host_share, memory, overhead
 from planner.cost.context import CostContext
 from planner.cost.partition import StageSplit, balanced_split
+from planner.expert_groups import data_axes_inner_first, expert_shard_size
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 RECOMPUTE = ("none", "selective", "full")
@@ -89,15 +90,44 @@ def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: 
     return bw.columns(kind, size, stride, world)
 
 
+def _ep_inner_stride(table, groups) -> np.ndarray:
+    """Per row, the stride of the EP group: that of the innermost data axis with more than one rank. EP
+    groups are the ep consecutive ranks of dp_replicate x dp_shard x cp in the row's axis order, as the
+    executor builds them (planner.expert_groups); a group that spans two data axes with another axis
+    between them is costed as if contiguous with this stride (an approximation of its links)."""
+    stride = np.ones_like(table["ep"])
+    for code in np.unique(table["order"]):
+        sel = table["order"] == code
+        found = np.zeros(int(sel.sum()), dtype=bool)
+        inner = np.ones(int(sel.sum()), dtype=np.int64)
+        for axis in data_axes_inner_first(MESH_ORDERS[int(code)]):
+            size, axis_stride = groups[axis]
+            take = (size[sel] > 1) & ~found
+            inner = np.where(take, axis_stride[sel], inner)
+            found |= take
+        stride[sel] = inner
+    return stride
+
+
 def _ep_coeffs(bw: comm.AxisBandwidth, table, groups, world):
-    """All-to-all over EP groups: ep consecutive members of the DP x CP block (approximation: the block is
-    taken as contiguous with the stride of its innermost axis)."""
+    """All-to-all coefficient columns over each row's EP groups (zeros where ep = 1)."""
     ep = table["ep"]
     if not np.any(ep > 1):
         z = np.zeros(len(ep))
         return z, z
-    inner_stride = np.where(table["cp"] > 1, groups["cp"][1], groups["dp_shard"][1])
-    return _coeff_columns(bw, "all_to_all", ep, inner_stride, world)
+    return _coeff_columns(bw, "all_to_all", ep, _ep_inner_stride(table, groups), world)
+
+
+def expert_shard(table: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row, the ranks ZeRO shards the routed experts' states over: the dp_shard ranks outside the EP
+    group (dp_shard when ep = 1), as executor.mesh builds the experts' gradient mesh."""
+    out = table["dp_shard"].astype(np.int64).copy()
+    sizes = {"dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"], "cp": table["cp"]}
+    for code in np.unique(table["order"]):
+        sel = table["order"] == code
+        inner = data_axes_inner_first(MESH_ORDERS[int(code)])
+        out[sel] = expert_shard_size(table["ep"][sel], {a: v[sel] for a, v in sizes.items()}, inner)
+    return out
 
 
 @dataclass
@@ -148,6 +178,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         attn = lt_time.attn_fwd_s
         rec = compute.recompute_time_s(rc, lt_time.fwd_s, attn)
         ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
+        ep_b = comm.ep_layer_bwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
         # CP: the K/V all-gather hides behind the attention core's forward, the gradient reduce-scatter behind
         # its backward; full recomputation repeats the gather.
         cp_exp_f = np.maximum(cp_f - attn, 0.0)
@@ -156,7 +187,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         u_fwd += wk * (lt_time.fwd_s + tp_f + cp_exp_f + ep_f)
         u_tp += wk * tp_f * (2 + full)
         u_cp += wk * (cp_exp_f * (1 + full) + cp_exp_b)
-        u_ep += wk * ep_f * (2 + full)
+        u_ep += wk * (ep_f * (1 + full) + ep_b)
         dense_params += wk * lt.dense_params
         expert_params += wk * lt.expert_params
     # FSDP/DDP hooks around every layer when gradients are reduced across ranks (measured; 0 uncalibrated).
@@ -193,7 +224,9 @@ def evaluate_table(
     emb_f, head_f, e_first, e_last = lc.emb_f, lc.head_f, lc.e_first, lc.e_last
     dense_params, expert_params = lc.dense_params, lc.expert_params
     rs_shard, ag_shard, ar_rep, pp_p2p = lc.rs_shard, lc.ag_shard, lc.ar_rep, lc.pp_p2p
-    layer_local = dense_params / tp + expert_params / (tp * ep)
+    expert_local = expert_params / (tp * ep)
+    layer_local = dense_params / tp + expert_local
+    eshard = expert_shard(table)
     emb_local = ctx.embedding_params / tp
     head_local = ctx.head_params / tp
     act = memory.activation_bytes_per_layer(ctx, mb, tp, cp, sp, rc)
@@ -203,7 +236,7 @@ def evaluate_table(
     if rank_layers is not None:
         return _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f, head_f, e_first, e_last,
                          layer_local, emb_local, head_local, act, reserve, buf, logits, tokens,
-                         (rs_shard, ag_shard, ar_rep, pp_p2p))
+                         (rs_shard, ag_shard, ar_rep, pp_p2p), (expert_local, eshard))
     split = balanced_split(L, pp, u, e_first, e_last)
     single = pp == 1
     n0, nm, nl, trim = split.n_first, split.n_mid, split.n_last, split.mid_trimmed
@@ -253,7 +286,7 @@ def evaluate_table(
 
     # Memory of the representative ranks.
     def rank_mem(rank, n_layers, params, extra):
-        wgt, grd, opt_b = memory.model_state_bytes(ctx, params, zero, shard, pp)
+        wgt, grd, opt_b = memory.model_state_bytes(ctx, params, zero, shard, pp, n_layers * expert_local, eshard)
         infl = memory.inflight_microbatches(sched, rank, pp, v, m)
         return wgt + grd + opt_b + act * n_layers * infl + buf + extra + reserve
 
@@ -284,9 +317,10 @@ def evaluate_table(
 
 
 def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f, head_f, e_first, e_last,
-              layer_local, emb_local, head_local, act, reserve, buf, logits, tokens, coeffs) -> TableResult:
+              layer_local, emb_local, head_local, act, reserve, buf, logits, tokens, coeffs, experts) -> TableResult:
     """Rank-by-rank costing of a given partition (rows x pp); same formulas as the compact path."""
     rs_shard, ag_shard, ar_rep, pp_p2p = coeffs
+    expert_local, eshard = experts
     pp, m, v, zero, shard, sched = table["pp"], table["m"], table["v"], table["zero"], table["dp_shard"], table["sched"]
     sp = table["sp"].astype(bool)
     n = np.asarray(rank_layers, dtype=float)
@@ -328,7 +362,8 @@ def _explicit(ctx, table, rank_layers, u, u_fwd, u_comp, u_tp, u_cp, u_ep, emb_f
                                     mf * n_bn * (u_tp + u_cp + u_ep) + p2p + dp_t)
     ranks = np.arange(p).reshape(1, -1)
     infl = memory.inflight_microbatches(col(sched), ranks, col(pp), col(v), col(m))
-    wgt, grd, opt_b = memory.model_state_bytes(ctx, params, col(zero), col(shard), col(pp))
+    wgt, grd, opt_b = memory.model_state_bytes(ctx, params, col(zero), col(shard), col(pp), n * col(expert_local),
+                                               col(eshard))
     acts = col(act) * n * infl
     logit_b = last * col(logits)
     buf_b = np.broadcast_to(col(buf), n.shape)

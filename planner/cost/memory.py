@@ -5,7 +5,9 @@ Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision 
   12 B over the DP sharding group, ZeRO-2 also the gradients, ZeRO-3 also the weights (without pipeline
   parallelism; with it ZeRO-2/3 hold weights and gradients like ZeRO-1, see `state_sharding_stage`). fp32 runs (CPU):
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
-  embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank.
+  embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank. ZeRO shards
+  the experts' states over the dp_shard ranks outside the rank's EP group (EP borrows its ranks from the data
+  axes, TorchTitan-style: planner.expert_groups), every other state over dp_shard.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022 Sec. 4, Table 2; 16-bit values, 1-byte
 dropout masks), generalised to GQA and gated MLPs; s = seq/cp, b = micro-batch, h hidden, f ffn, a heads,
@@ -90,15 +92,30 @@ def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
 
 
 def model_state_bytes(
-    ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray, pp: np.ndarray
+    ctx: CostContext,
+    params: np.ndarray,
+    zero: np.ndarray,
+    dp_shard: np.ndarray,
+    pp: np.ndarray,
+    expert_params: np.ndarray | float = 0.0,
+    expert_shard: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU."""
+    """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU.
+
+    `expert_params` of them are routed experts, whose states ZeRO shards over `expert_shard` ranks instead
+    of dp_shard: under expert parallelism, the dp_shard ranks outside the EP group (planner.expert_groups;
+    the executor's expert mesh, executor.mesh). None: dp_shard, as for every other weight."""
     shard = dp_shard.astype(float)
+    eshard = shard if expert_shard is None else np.asarray(expert_shard, dtype=float)
     stage = state_sharding_stage(zero, pp)
-    w = params * ctx.weight_bytes / np.where(stage >= 3, shard, 1.0)
-    g = params * ctx.grad_bytes / np.where(stage >= 2, shard, 1.0)
-    o = params * ctx.optimizer_bytes / np.where(stage >= 1, shard, 1.0)
-    return w, g, o
+    dense = params - expert_params
+
+    def held(bytes_per_param: float, sharded_from: int) -> np.ndarray:
+        sharded = stage >= sharded_from
+        return (dense * bytes_per_param / np.where(sharded, shard, 1.0)
+                + expert_params * bytes_per_param / np.where(sharded, eshard, 1.0))
+
+    return held(ctx.weight_bytes, 3), held(ctx.grad_bytes, 2), held(ctx.optimizer_bytes, 1)
 
 
 def logits_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ import numpy as np
 
 from planner.cost import comm, host_share, memory
 from planner.cost.context import CostContext
-from planner.cost.evaluate import COLUMNS, MESH_ORDERS, TableResult, layer_costs
+from planner.cost.evaluate import COLUMNS, MESH_ORDERS, TableResult, expert_shard, layer_costs
 
 
 def needs_typed_costing(ctx: CostContext) -> bool:
@@ -79,6 +79,8 @@ class RankCosts:
     extra_s: np.ndarray  # (p,) embedding (rank 0) and head (last rank), forward + backward
     extra_fwd_s: np.ndarray  # (p,) their forward part
     layer_params: np.ndarray  # (K,) parameters of one layer of each type on one GPU
+    layer_expert_params: np.ndarray  # (K,) the routed experts among them (their states shard differently)
+    expert_shard: np.ndarray  # (1,) ranks ZeRO shards expert states over (evaluate.expert_shard)
     extra_params: np.ndarray  # (p,) embedding on rank 0, final norm + head on the last
     layer_memory_bytes: np.ndarray  # (p, K) model states of one layer + its activations x in-flight micro-batches
     fixed_memory_bytes: np.ndarray  # (p,) embedding/head states, logits, FSDP buffers, reserve
@@ -110,7 +112,9 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     lc0 = [per_gpu[g.name][0] for g in gpus]  # embedding/head costs do not depend on the layer type
     extra_s = np.array([float(first[r] * lc0[r].e_first[0] + last[r] * lc0[r].e_last[0]) for r in range(p)])
     extra_fwd = np.array([float(first[r] * lc0[r].emb_f[0] + last[r] * lc0[r].head_f[0]) for r in range(p)])
-    layer_params = np.array([lt.dense_params / tp + lt.expert_params / (tp * ep) for lt in ctx.layer_types])
+    layer_experts = np.array([lt.expert_params / (tp * ep) for lt in ctx.layer_types])
+    layer_params = np.array([lt.dense_params / tp for lt in ctx.layer_types]) + layer_experts
+    eshard = expert_shard(table)
     extra_params = first * ctx.embedding_params / tp + last * ctx.head_params / tp
     rank_ctx = [ctxs[g.name] for g in gpus]
     sched, v, m, mb, cp, rc = (table[k] for k in ("sched", "v", "m", "mb", "cp", "rc"))
@@ -121,8 +125,9 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     for r, c in enumerate(rank_ctx):
         infl = float(memory.inflight_microbatches(sched, np.array([r]), table["pp"], v, m)[0])
         act = float(memory.activation_bytes_per_layer(c, mb, table["tp"], cp, sp, rc)[0])
-        states = np.array([sum(x[0] for x in memory.model_state_bytes(c, np.array([lp]), zero, shard, table["pp"]))
-                           for lp in layer_params])
+        states = np.array([sum(x[0] for x in memory.model_state_bytes(c, np.array([lp]), zero, shard, table["pp"],
+                                                                      np.array([le]), eshard))
+                           for lp, le in zip(layer_params, layer_experts, strict=True)])
         layer_mem[r] = states + act * infl
         extra_states = sum(float(x[0]) for x in memory.model_state_bytes(c, np.array([extra_params[r]]), zero, shard,
                                                                          table["pp"]))
@@ -133,7 +138,8 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     return RankCosts(
         row=dict(row), gpu_names=[g.name for g in gpus], layer_s=grid("u"), layer_fwd_s=grid("u_fwd"),
         layer_comp_s=grid("u_comp"), layer_tp_s=grid("u_tp"), layer_cp_s=grid("u_cp"), layer_ep_s=grid("u_ep"),
-        extra_s=extra_s, extra_fwd_s=extra_fwd, layer_params=layer_params, extra_params=extra_params,
+        extra_s=extra_s, extra_fwd_s=extra_fwd, layer_params=layer_params, layer_expert_params=layer_experts,
+        expert_shard=eshard, extra_params=extra_params,
         layer_memory_bytes=layer_mem, fixed_memory_bytes=fixed, capacity_bytes=cap, contexts=rank_ctx,
         base=layer_costs(ctx, table, bw),
     )
@@ -198,8 +204,10 @@ def _rank_memory(costs: RankCosts, n: np.ndarray, params: np.ndarray) -> dict[st
     sp = table["sp"].astype(bool)
     names = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
     out = {k: np.zeros((1, p)) for k in names}
+    experts = (n * costs.layer_expert_params).sum(axis=1)
     for r, c in enumerate(costs.contexts):
-        states = memory.model_state_bytes(c, np.array([params[r]]), table["zero"], table["dp_shard"], table["pp"])
+        states = memory.model_state_bytes(c, np.array([params[r]]), table["zero"], table["dp_shard"], table["pp"],
+                                          np.array([experts[r]]), costs.expert_shard)
         out["weights"][0, r], out["gradients"][0, r], out["optimizer"][0, r] = (float(x[0]) for x in states)
         infl = float(memory.inflight_microbatches(table["sched"], np.array([r]), table["pp"], table["v"], table["m"])[0])
         act = float(memory.activation_bytes_per_layer(c, table["mb"], table["tp"], table["cp"], sp, table["rc"])[0])

@@ -181,6 +181,20 @@ def rel_errs(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], floor:
     return out
 
 
+def optimizer_state_error(run) -> float:
+    """|held / predicted - 1| for this rank's AdamW state bytes (its moments, after a step) against the plan's
+    optimizer_bytes for its pipeline rank: the planner's memory model against what the executor holds."""
+    held = 0
+    for opt in run.optimizers:
+        for state in opt.state.values():
+            for name in ("exp_avg", "exp_avg_sq"):
+                t = state[name]
+                local = t.to_local() if isinstance(t, DTensor) else t
+                held += local.numel() * local.element_size()
+    predicted = run.plan.prediction.memory_per_stage[run.meshes.pp_rank].optimizer_bytes
+    return abs(held / predicted - 1.0) if predicted else float("nan")
+
+
 def run_case(case: dict, world_size: int) -> dict:
     layout = Layout(**case["layout"])
     steps = case.get("steps", 2)
@@ -222,6 +236,7 @@ def run_case(case: dict, world_size: int) -> dict:
             worst_grad = max(grad_errs, key=grad_errs.get)
         optimizer_step(run.optimizers)
         losses.append(global_loss(local, inputs.device))
+    optimizer_err = optimizer_state_error(run)
     got_final = full_params(run.model.parts)
     # Weights relative to the model's largest weight (floor 1.0): zero-initialised biases hold only two
     # Adam steps, so relative to themselves they would measure Adam's conditioning (see OPTIM).
@@ -240,7 +255,7 @@ def run_case(case: dict, world_size: int) -> dict:
         if (n != "output.weight" or not run.args.tied_embeddings)
         and (expert_owner if ".experts." in n else dense_owner)
     )
-    errs = torch.tensor([init_err, loss_err, weight_err, update_err, grad_err], dtype=torch.float64)
+    errs = torch.tensor([init_err, loss_err, weight_err, update_err, grad_err, optimizer_err], dtype=torch.float64)
     dist.all_reduce(errs, op=dist.ReduceOp.MAX)
     count = torch.tensor([covered], dtype=torch.int64)
     dist.all_reduce(count)
@@ -254,6 +269,7 @@ def run_case(case: dict, world_size: int) -> dict:
         "weight_err": errs[2].item(),
         "update_err": errs[3].item(),
         "grad_err": errs[4].item(),
+        "optimizer_memory_err": errs[5].item(),
         "covered": int(count.item()),
         "ref_numel": ref["numel"],
         "worst_on_rank0": {"grad": worst_grad, "weight": worst_weight},
