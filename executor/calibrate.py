@@ -14,7 +14,8 @@ rank measures its own and the median is kept. Measured, in this order:
               token counts: at the `tiny` preset's widths and 4x wider, and tensor-parallel (the executor's
               DTensor TP over a pair of ranks) and data-parallel (its FSDP2 ZeRO-1 over a pair): the
               framework time the cost model's FLOP/byte terms do not explain is fitted from these on the
-              planner side (planner.calibration.overhead)
+              planner side (planner.calibration.overhead); and the `tiny-moe` MoE layer expert-parallel
+              over a pair (executor.ep), which the planner reports next to its prediction (not fitted)
   optimizer   the executor's AdamW step over one layer's parameters: seconds per parameter
   pipeline    a 2-stage 1F1B step over a pair (the executor's stages and schedule, tiny widths): what the
               pipeline machinery costs per stage-boundary transfer beyond the model's terms
@@ -52,6 +53,7 @@ from executor.calibrate_layers import (
     measure_layer,
     measure_optimizer,
     measure_pipeline,
+    moe_layer_spec,
 )
 from executor.calibrate_timing import Clock, median_over_ranks
 
@@ -208,7 +210,7 @@ def run(out: Path, quick: bool) -> dict:
     clock = Clock(device, QUICK_MIN_TIME_S if quick else FULL_MIN_TIME_S, 3 if quick else 5)
     sizes, groups = message_sizes(device.type, quick), group_sizes(world, quick)
     n_coll = len(sizes) * (len(groups) * (len(KINDS) - 1) + 1) if world > 1 else 0
-    progress = Progress(clock.reps * (2 * len(gemm_shapes(device.type, quick)) + 4) + 4 + n_coll, rank)
+    progress = Progress(clock.reps * (2 * len(gemm_shapes(device.type, quick)) + 4) + 5 + n_coll, rank)
 
     measured = device_measurements(clock, quick, progress) if (rank == 0 or not cpu) else None
     if world > 1:
@@ -219,13 +221,16 @@ def run(out: Path, quick: bool) -> dict:
     if cpu:
         slots = measure_concurrency(clock, world, clock.reps) if world > 1 else 1.0
     progress.step("processes at once")
-    if world > 1 and world % 2 == 0:  # TP, then FSDP, over one pair (ranks 0, 1), the others idle: solo cost
+    if world > 1 and world % 2 == 0:  # TP, FSDP, then EP over one pair (ranks 0, 1), the others idle: solo cost
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("rest", "pair"))
-        for label, kw in (("tensor parallel", {"tp_mesh": mesh["pair"]}), ("FSDP", {"dp_mesh": mesh["pair"]})):
+        tiny = layer_specs()[0]
+        for label, spec, kw in (("tensor parallel", tiny, {"tp_mesh": mesh["pair"]}),
+                                ("FSDP", tiny, {"dp_mesh": mesh["pair"]}),
+                                ("MoE, expert parallel", moe_layer_spec(), {"ep_mesh": mesh["pair"]})):
             if rank < 2:
-                layer = measure_layer(clock, layer_specs()[0], **kw)
+                layer = measure_layer(clock, spec, **kw)
                 if measured is not None:
                     measured["layers"].append(layer)
             dist.barrier()

@@ -2,10 +2,18 @@
 
 Message size S follows the planner's convention (planner.topology.estimate): the full buffer for all_reduce,
 the full gathered size for all_gather and reduce_scatter (each rank holds S/n of it), each rank's whole send
-buffer for all_to_all, and the bytes sent for p2p. Groups of size g are consecutive ranks
-[0..g), [g..2g), ...; all of them run the collective at the same time, as the groups of a mesh axis do (ranks
-left over when g does not divide the world idle). p2p pairs ranks (0,1), (2,3), ... exchanging at once, timed
-as a ping-pong: one-way time = round trip / 2.
+buffer for all_to_all, and the bytes sent for p2p. Groups of size g are consecutive ranks [0..g), [g..2g),
+...; all of them run the collective at the same time, as the groups of a mesh axis do (ranks left over when
+g does not divide the world idle). p2p pairs ranks (0,1), (2,3), ... exchanging at once, timed as a
+ping-pong: one-way time = round trip / 2.
+
+all_to_all is measured as expert parallelism runs it (the planner models no other all-to-all): the
+executor's own row exchange (executor.ep.all_to_all_rows) with the uneven split sizes that top-k routing
+produces. Each rank routes S / (ROUTED_WIDTH x 4 B x 2) random tokens, top-2, through a router initialised
+as the reference model's (N(0, 0.02) weights) over 2 experts per rank, and sends each assignment's row
+(ROUTED_WIDTH fp32 values) to the rank holding its expert: S bytes in all per rank, split unevenly. The
+exchange of the split sizes themselves is set-up here; the planner costs it as one more all-to-all of
+E counts per MoE layer (planner.cost.comm).
 
 A repetition is a fixed number of back-to-back calls (agreed by all ranks from a probe, so none waits on a
 call another never makes) after a barrier; its time is the slowest rank's, and the result is the median
@@ -20,8 +28,14 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed._functional_collectives import wait_tensor
+
+from executor.ep import all_to_all_rows
+from executor.init import BASE_STD
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+ROUTED_WIDTH = 64
+"""Values per exchanged row of the all_to_all measurement: the `tiny` preset's hidden size."""
 MAX_CALLS = 64
 """Upper bound on calls per repetition (tiny messages finish in microseconds on GPUs)."""
 
@@ -60,9 +74,9 @@ def _op(kind: str, nbytes: int, g: int, group, device: torch.device, peer: int |
         inp, out = torch.ones(n, device=device), torch.empty(n // g, device=device)
         return lambda: dist.reduce_scatter_single(out, inp, group=group)
     if kind == "all_to_all":
-        n = _elements(nbytes, g)
-        inp, out = torch.ones(n, device=device), torch.empty(n, device=device)
-        return lambda: dist.all_to_all_single(out, inp, group=group)
+        send, recv = routed_splits(nbytes, g, group, device)
+        rows = torch.ones(sum(send), ROUTED_WIDTH, device=device)
+        return lambda: wait_tensor(all_to_all_rows(rows, send, recv, group))
     assert kind == "p2p" and peer is not None
     buf = torch.ones(_elements(nbytes, 1), device=device)
     first = dist.get_rank() < peer
@@ -76,6 +90,21 @@ def _op(kind: str, nbytes: int, g: int, group, device: torch.device, peer: int |
             dist.send(buf, peer)
 
     return ping_pong
+
+
+def routed_splits(nbytes: int, g: int, group, device: torch.device) -> tuple[list[int], list[int]]:
+    """(rows sent to, rows received from) each group rank when this rank's top-2 routing of random tokens over
+    2 experts per rank fills `nbytes` of ROUTED_WIDTH-wide fp32 rows (module docstring). Collective."""
+    top_k, experts = 2, 2 * g
+    tokens = max(nbytes // (ROUTED_WIDTH * 4 * top_k), 1)
+    gen = torch.Generator().manual_seed(1000 + dist.get_rank())
+    x = torch.randn(tokens, ROUTED_WIDTH, generator=gen)
+    router = torch.randn(ROUTED_WIDTH, experts, generator=gen) * BASE_STD
+    chosen = torch.topk(torch.softmax(x @ router, dim=-1), top_k, dim=-1).indices
+    per_rank = torch.bincount(chosen.flatten() // (experts // g), minlength=g).to(device)
+    received = torch.empty_like(per_rank)
+    dist.all_to_all_single(received, per_rank, group=group)
+    return per_rank.tolist(), received.tolist()
 
 
 def _timed(fn: Callable[[], None] | None, calls: int, device: torch.device) -> float:

@@ -1,5 +1,6 @@
-"""Reference-layer measurements of `executor.calibrate`: the executor's decoder layer plain, tensor-parallel
-and FSDP-sharded, its optimizer step, and how many CPU processes run it at full speed at once."""
+"""Reference-layer measurements of `executor.calibrate`: the executor's decoder layer plain, tensor-parallel,
+FSDP-sharded and (an MoE layer) expert-parallel, its optimizer step, and how many CPU processes run it at
+full speed at once."""
 
 from __future__ import annotations
 
@@ -27,9 +28,18 @@ def layer_specs():
     return tiny, ModelSpec.model_validate(wide)
 
 
-def _layer_part(spec, tp_mesh, dp_mesh, device: torch.device, dtype: torch.dtype):
+def moe_layer_spec():
+    """The MoE layer timed expert-parallel over a pair: the `tiny-moe` preset (4 experts, top-2, 1 shared)."""
+    from planner.model import preset
+
+    return preset("tiny-moe")
+
+
+def _layer_part(spec, tp_mesh, dp_mesh, device: torch.device, dtype: torch.dtype, ep_mesh=None):
     """One decoder layer of `spec` as the executor builds it (a Transformer chunk without embeddings/head),
-    tensor-parallel over `tp_mesh` or ZeRO-1 data-parallel (FSDP2 per layer) over `dp_mesh` when given."""
+    tensor-parallel over `tp_mesh`, ZeRO-1 data-parallel (FSDP2 per layer) over `dp_mesh` or with its experts
+    sharded over `ep_mesh` (executor.ep) when given."""
+    from executor.ep import apply_ep
     from executor.fsdp import apply_fsdp
     from executor.init import materialize
     from executor.model import Transformer
@@ -39,6 +49,8 @@ def _layer_part(spec, tp_mesh, dp_mesh, device: torch.device, dtype: torch.dtype
     args = from_spec(spec)
     with torch.device("meta"):
         part = Transformer(args, [0], first=False, last=False)
+    if ep_mesh is not None:
+        apply_ep(part, ep_mesh, None)
     if tp_mesh is not None:
         apply_tp(part, tp_mesh, sequence_parallel=False)
     if dp_mesh is not None:
@@ -49,12 +61,13 @@ def _layer_part(spec, tp_mesh, dp_mesh, device: torch.device, dtype: torch.dtype
     return part, args
 
 
-def measure_layer(clock: Clock, spec, tp_mesh=None, dp_mesh=None) -> dict:
-    """Forward and backward seconds of one reference decoder layer per micro-batch (plain, TP or FSDP)."""
+def measure_layer(clock: Clock, spec, tp_mesh=None, dp_mesh=None, ep_mesh=None) -> dict:
+    """Forward and backward seconds of one reference decoder layer per micro-batch (plain, TP, FSDP or EP)."""
     dtype = torch.bfloat16 if clock.device.type == "cuda" else torch.float32  # what the planner costs there
-    part, args = _layer_part(spec, tp_mesh, dp_mesh, clock.device, torch.float32 if dp_mesh is not None else dtype)
+    part, args = _layer_part(spec, tp_mesh, dp_mesh, clock.device, torch.float32 if dp_mesh is not None else dtype,
+                             ep_mesh)
     seq = spec.max_seq_len
-    mesh = tp_mesh if tp_mesh is not None else dp_mesh
+    mesh = next((m for m in (tp_mesh, dp_mesh, ep_mesh) if m is not None), None)
     collective = mesh is not None
     group = mesh.get_group() if collective else None
     points = []
@@ -76,7 +89,8 @@ def measure_layer(clock: Clock, spec, tp_mesh=None, dp_mesh=None) -> dict:
         bwd = clock.time(backward, setup=fresh_forward, collective=collective, group=group)
         points.append({"tokens": b * seq, "forward_s": fwd, "backward_s": bwd})
     return {"model": spec.model_dump(mode="json"), "tp": 1 if tp_mesh is None else tp_mesh.size(),
-            "dp": 1 if dp_mesh is None else dp_mesh.size(), "points": points}
+            "dp": 1 if dp_mesh is None else dp_mesh.size(), "ep": 1 if ep_mesh is None else ep_mesh.size(),
+            "points": points}
 
 
 def measure_optimizer(clock: Clock, spec) -> dict:

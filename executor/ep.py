@@ -101,10 +101,12 @@ class ExpertExchange:
         return all_to_all_rows(y[back], recv, send, self.group)
 
 
-def apply_ep(part: torch.nn.Module, ep_mesh: DeviceMesh | None, cp_mesh: DeviceMesh) -> None:
+def apply_ep(part: torch.nn.Module, ep_mesh: DeviceMesh | None, cp_mesh: DeviceMesh | None) -> None:
     """Keep this rank's experts in every MoE layer of `part` and route their tokens over `ep_mesh` (None:
-    ep = 1, all experts local); tell capacity routing where the rank's tokens sit under CP."""
-    shard = SequenceShard(cp_mesh.get_group(), cp_mesh.get_local_rank(), cp_mesh.size()) if cp_mesh.size() > 1 else None
+    ep = 1, all experts local); tell capacity routing where the rank's tokens sit under CP (None: no CP)."""
+    shard = None
+    if cp_mesh is not None and cp_mesh.size() > 1:
+        shard = SequenceShard(cp_mesh.get_group(), cp_mesh.get_local_rank(), cp_mesh.size())
     for moe in [m for m in part.modules() if isinstance(m, MoE)]:
         if shard is not None:
             moe.sequence_shard = shard

@@ -11,7 +11,10 @@ overhead yet) and fits what is left, per direction, with non-negative least squa
     FSDP:   measured - model - per_element * tokens * hidden = fixed + dp_fixed         (mean over points)
 
 (the FSDP layer's model includes its weight all-gather and gradient reduce-scatter), and the optimizer's
-seconds per parameter is its measured step time over the parameters it updated.
+seconds per parameter is its measured step time over the parameters it updated. The `tiny-moe` layer
+measured expert-parallel over a pair is not fitted: it is the check of the EP cost (its compute with
+num_experts/ep local experts, the EP all-to-alls on the measured all_to_all fit and the plain layer
+overhead) against an executed layer, reported next to its measurement.
 So the cost model with the overhead reproduces the reference layers' measurements up to the fit's residual,
 which the report lists point by point.
 """
@@ -65,18 +68,25 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def model_layer_s(cluster, spec: ModelSpec, tokens: int, tp: int, world: int, dp: int = 1) -> tuple[float, float]:
+def model_layer_s(cluster, spec: ModelSpec, tokens: int, tp: int, world: int, dp: int = 1,
+                  ep: int = 1) -> tuple[float, float]:
     """The cost model's (forward, backward) seconds of one layer of `spec` for `tokens` at TP degree `tp` (or
     as a ZeRO-1 data-parallel unit over `dp` ranks: one all-gather of its weights forward, one reduce-scatter
-    of its gradients backward), the groups being consecutive ranks of `world` as executor.calibrate lays
-    them out."""
+    of its gradients backward; or with its experts over `ep` ranks: the EP all-to-alls), the groups being
+    consecutive ranks of `world` as executor.calibrate lays them out."""
     from planner.api import make_context
 
     dtype = "fp32" if any(g.vendor == "cpu" for g in cluster.gpus.values()) else "bf16"
     ctx = make_context(spec, cluster, Workload(global_batch=1, seq_len=spec.max_seq_len, dtype=dtype))
     one = np.array([1])
-    t = compute.layer_time_s(ctx, ctx.layer_types[0], np.array([tokens]), np.array([tp]), one, one, np.array([False]))
+    t = compute.layer_time_s(ctx, ctx.layer_types[0], np.array([tokens]), np.array([tp]), one, np.array([ep]),
+                             np.array([False]))
     fwd, bwd = float(t.fwd_s[0]), float(t.bwd_s[0])
+    if ep > 1:
+        a, b, _ = comm.AxisBandwidth(ctx.topology).coeffs("all_to_all", (world // ep, ep), 1)
+        a2a, cols = (np.array([a]), np.array([b])), (np.array([tokens]), np.array([ep]))
+        fwd += float(comm.ep_layer_fwd_s(ctx, a2a, *cols)[0])
+        bwd += float(comm.ep_layer_bwd_s(ctx, a2a, *cols)[0])
     if tp > 1:
         a, b, _ = comm.AxisBandwidth(ctx.topology).coeffs("all_reduce", (world // tp, tp), 1)
         tp_s = float(comm.tp_layer_fwd_s(ctx, (np.array([a]), np.array([b])), np.array([tokens]))[0])
@@ -106,11 +116,15 @@ def _nonneg_line(x: list[float], r: list[float]) -> tuple[float, float]:
 
 def fit_overhead(cluster, layers: list[dict], world: int, optimizer: dict | None = None) -> OverheadFit:
     """Per-layer overheads from `executor.calibrate`'s layer measurements on `cluster` (no overhead in it)."""
-    rows = []  # (tp, tokens, hidden, residual fwd, residual bwd)
+    rows = []  # (tp, tokens, hidden, residual fwd, residual bwd, dp)
     report = []
+    checks = []  # expert-parallel layers: reported against the model, not fitted
     for layer in layers:
         spec = ModelSpec.model_validate(layer["model"])
-        tp, dp = int(layer["tp"]), int(layer.get("dp", 1))
+        tp, dp, ep = int(layer["tp"]), int(layer.get("dp", 1)), int(layer.get("ep", 1))
+        if ep > 1:
+            checks += [(spec, ep, p) for p in layer["points"]]
+            continue
         for p in layer["points"]:
             mf, mb = model_layer_s(cluster, spec, int(p["tokens"]), tp, world, dp)
             rows.append((tp, int(p["tokens"]), spec.hidden_size, p["forward_s"] - mf, p["backward_s"] - mb, dp))
@@ -138,6 +152,13 @@ def fit_overhead(cluster, layers: list[dict], world: int, optimizer: dict | None
     for item in report:
         of, ob = fit.layer_s(item["tokens"], item["hidden"], item["tp"], item["dp"])
         item["fitted_forward_s"], item["fitted_backward_s"] = item["model_forward_s"] + of, item["model_backward_s"] + ob
+    for spec, ep, p in checks:
+        mf, mb = model_layer_s(cluster, spec, int(p["tokens"]), 1, world, ep=ep)
+        of, ob = fit.layer_s(int(p["tokens"]), spec.hidden_size, 1)
+        report.append({"tp": 1, "dp": 1, "ep": ep, "model": spec.name, "tokens": int(p["tokens"]),
+                       "hidden": spec.hidden_size, "measured_forward_s": p["forward_s"], "model_forward_s": mf,
+                       "measured_backward_s": p["backward_s"], "model_backward_s": mb,
+                       "fitted_forward_s": mf + of, "fitted_backward_s": mb + ob})
     return fit
 
 

@@ -60,6 +60,10 @@ def _table(summary: dict) -> Table:
     t.add_row("optimizer step per parameter", f"{o['optimizer_s_per_param'] * 1e9:.2f} ns", "")
     if summary["profiles"]["gpu"].get("devices_at_full_speed"):
         t.add_row("processes at full speed at once", f"{summary['profiles']['gpu']['devices_at_full_speed']:.2f}", "")
+    for r in (r for r in summary["overhead_report"] if r.get("ep", 1) > 1):
+        t.add_row(f"{r['model']} layer, EP over {r['ep']}, {r['tokens']} tokens fwd / bwd",
+                  f"{r['measured_forward_s'] * 1e3:.2f} / {r['measured_backward_s'] * 1e3:.2f} ms (predicted "
+                  f"{r['fitted_forward_s'] * 1e3:.2f} / {r['fitted_backward_s'] * 1e3:.2f} ms)", "")
     for c in summary["collectives"]:
         t.add_row(f"{c['kind']} n={c['group_size']}",
                   f"{c['latency_s'] * 1e6:,.0f} us + S / {c['bus_bandwidth_Bps'] / 1e9:,.2f} GB/s", f"{c['rms_rel_error']:.1%}")

@@ -1,5 +1,6 @@
 """`meshplan calibrate --quick` end to end on 2 gloo ranks: torchrun measures, the planner fits and writes a
-profile set that loads through hardware_profiles (every number sourced) and that `meshplan plan` takes."""
+profile set that loads through hardware_profiles (every number sourced) and that `meshplan plan` takes; the
+all_to_all it fits is the executor's EP exchange, and an EP layer it ran is reported against the model."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def test_quick_calibration_on_two_ranks_writes_a_profile_the_planner_uses(tmp_pa
         assert all(v.startswith("measured by meshplan calibrate on ") for v in sources.values()), f
     doc = json.loads((tmp_path / "cal.json").read_text())
     assert doc["processes"] == 2 and doc["raw"]["backend"] == "gloo"
+    # The executor's EP layer, executed over the pair, next to the cost model's prediction of it.
+    (ep_check,) = [r for r in doc["overhead_report"] if r.get("ep") == 2 and r["tokens"] == 64]
+    assert ep_check["measured_forward_s"] > 0 and ep_check["fitted_forward_s"] > 0
 
     again = meshplan(["calibrate", "--quick", "--nproc", "2", "--out", "prof/cal.yaml"], tmp_path)
     assert again.returncode == 2 and "--force" in again.stderr.strip().splitlines()[-1]

@@ -238,6 +238,46 @@ def test_measured_collectives_replace_the_ring_model(calibrated: Path) -> None:
     assert b == pytest.approx(bytes_factor("all_reduce", 3) / busbw4, rel=1e-3)
 
 
+def test_ep_term_uses_the_measured_all_to_all(calibrated: Path) -> None:
+    """The EP cost of a plan on a calibrated cluster, by hand from the measured all_to_all n=2: per MoE layer
+    and micro-batch, forward = counts (E int64) + dispatch + combine of T*top_k*h fp32 values, backward =
+    dispatch + combine; every tiny-moe layer is MoE, 4 of them, 2 micro-batches."""
+    from planner import evaluate
+    from planner.layout import Layout
+
+    spec = preset("tiny-moe")
+    plan = evaluate(spec, hp.cluster(str(calibrated), gpus=2), Workload(global_batch=4, seq_len=64, dtype="fp32"),
+                    Layout(dp=2, ep=2, zero=3, dp_shard=2, micro_batch=1, num_microbatches=2), allow_oom=True)
+    lat, busbw = COLL[("all_to_all", 2)]
+    factor = bytes_factor("all_to_all", 2)
+
+    def a2a(nbytes: float) -> float:
+        return lat + factor * nbytes / busbw
+
+    rows = 64 * spec.moe.top_k * spec.hidden_size * 4
+    per_layer = (a2a(spec.moe.num_experts * 8) + 2 * a2a(rows)) + 2 * a2a(rows)
+    assert plan.prediction.breakdown.ep_comm_s == pytest.approx(2 * 4 * per_layer, rel=1e-9)
+
+
+def test_expert_parallel_layer_is_reported_against_the_model_not_fitted() -> None:
+    """executor.calibrate's EP layer (tiny-moe over a pair) leaves the fit unchanged and is reported with the
+    cost model's prediction: compute with 2 of 4 experts, the EP all-to-alls and the plain layer overhead."""
+    cluster = hp.cluster("local-cpu", gpus=4)
+    plain = [{"model": preset("tiny").model_dump(mode="json"), "tp": 1, "dp": 1,
+              "points": [{"tokens": t, "forward_s": 1e-3 * t / 64, "backward_s": 2e-3 * t / 64} for t in (64, 256)]}]
+    ep_layer = {"model": preset("tiny-moe").model_dump(mode="json"), "tp": 1, "dp": 1, "ep": 2,
+                "points": [{"tokens": 64, "forward_s": 5e-3, "backward_s": 9e-3}]}
+    base = fit_overhead(cluster, plain, 4)
+    fit = fit_overhead(cluster, plain + [ep_layer], 4)
+    assert (fit.layer_forward_s, fit.forward_s_per_element) == (base.layer_forward_s, base.forward_s_per_element)
+    (row,) = [r for r in fit.report if r.get("ep") == 2]
+    mf, mb = model_layer_s(cluster, preset("tiny-moe"), 64, 1, 4, ep=2)
+    of, ob = fit.layer_s(64, 64, 1)
+    assert (row["measured_forward_s"], row["fitted_forward_s"], row["fitted_backward_s"]) == (5e-3, mf + of, mb + ob)
+    no_ep, _ = model_layer_s(cluster, preset("tiny-moe"), 64, 1, 4, ep=1)
+    assert mf != no_ep  # the EP layer's model differs from the plain one (fewer local experts, all-to-alls)
+
+
 def test_host_bound_is_the_hosts_cpu_work_over_its_cores() -> None:
     ctx = SimpleNamespace(gpu=SimpleNamespace(devices_at_full_speed=2.0), topology=SimpleNamespace(gpus_per_node=4))
     bound = host_share.host_bound_s(ctx, np.array([4, 4, 2]), np.array([1, 4, 1]), np.array([0.1, 0.4, 0.1]),

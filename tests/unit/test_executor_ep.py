@@ -126,3 +126,21 @@ def test_smoke_model_keeps_experts_divisible_by_ep() -> None:
     assert smoke_spec(spec, tp=1, cp=1, ep=8).moe.num_experts == 8
     assert smoke_spec(spec, tp=1, cp=1, ep=2).moe.num_experts == 4
     assert smoke_spec(preset("tiny-moe"), tp=1, cp=1, ep=4).moe.num_experts == 4
+
+
+def test_planner_expert_state_memory_follows_the_executor_meshes() -> None:
+    """Hand count: ZeRO-3 over dp_shard=8 with ep=2 (EP takes 2 of the shard ranks): dense states / 8,
+    each rank's experts (half of them) / the 4 shard ranks outside its EP group. fp32 AdamW: 8 B of moments."""
+    import hardware_profiles as hp
+    from planner import evaluate
+    from planner.workload import Workload
+
+    spec = preset("tiny-moe")
+    plan = evaluate(spec, hp.cluster("local-cpu", gpus=8), Workload(global_batch=8, seq_len=64, dtype="fp32"),
+                    Layout(dp=8, ep=2, zero=3, dp_shard=8, micro_batch=1), allow_oom=True)
+    layers = range(spec.num_layers)
+    dense = sum(spec.layer_dense_params(i) for i in layers) + spec.embedding_params() + spec.output_params()
+    experts = sum(spec.layer_expert_params(i) for i in layers)
+    (stage,) = plan.prediction.memory_per_stage
+    assert stage.optimizer_bytes == pytest.approx(8 * (dense / 8 + experts / 2 / 4), rel=1e-12)
+    assert stage.weights_bytes == pytest.approx(4 * (dense / 8 + experts / 2 / 4), rel=1e-12)
