@@ -58,6 +58,27 @@ def test_run_without_arguments_plans_and_runs_here(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_planned_tiny_moe_with_expert_parallelism_runs(tmp_path: Path) -> None:
+    """The planner's best tiny-moe layout with ep=4 pinned on 4 local ranks (EP borrowing the DP and CP
+    ranks) runs under `meshplan run`, and its metrics carry the plan's EP cost."""
+    import hardware_profiles as hp
+    from planner.api import search
+    from planner.model import load_model
+    from planner.workload import Workload
+
+    (plan,) = search(load_model("tiny-moe"), hp.cluster("local-cpu", gpus=4),
+                     Workload(global_batch=8, seq_len=64, dtype="fp32"), top=1, ep=4)
+    assert plan.layout.ep == 4 and plan.prediction.breakdown.ep_comm_s > 0
+    path = tmp_path / "moe.json"
+    path.write_text(plan.to_json())
+    proc = meshplan(["run", str(path), "--steps", "2", "--json", "-"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads(proc.stdout)
+    assert summary["steps"] == 1 and "ep4" in summary["layout"]
+    assert np.isfinite(summary["median_step_time_s"]) and summary["median_step_time_s"] > 0
+
+
+@pytest.mark.timeout(300)
 def test_gpu_plan_runs_with_smoke_and_is_refused_without(tmp_path: Path) -> None:
     plan = _gpu_plan(tmp_path)
     refused = meshplan(["run", str(plan), "--steps", "2"], tmp_path)
