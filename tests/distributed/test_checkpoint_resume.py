@@ -103,6 +103,20 @@ def test_tied_model_resumes_from_one_stage_onto_two(tmp_path: Path) -> None:
     assert abs(losses_b[3] - losses_a[3]) <= LOSS_RTOL * abs(losses_a[3]), (losses_a, losses_b)
 
 
+@pytest.mark.timeout(300)
+def test_expert_parallel_checkpoint_resumes_without_ep(tmp_path: Path) -> None:
+    """tiny-moe saved under ep=2 (each rank holds 2 of the 4 experts of every layer, keyed by global index)
+    resumes on one rank with every expert (ep=1), weights and AdamW moments of all experts restored."""
+    a = _run(tmp_path, Layout(dp=2, ep=2, zero=1, dp_shard=2, micro_batch=4), "a_moe_ep2",
+             ["--steps", "3", "--checkpoint-every", "2"], model="tiny-moe")
+    b = _run(tmp_path, Layout(micro_batch=4, num_microbatches=2), "b_moe_one_rank", ["--steps", "3", "--resume"],
+             model="tiny-moe")
+    losses_a, losses_b = _metrics(a), _metrics(b)
+    assert sorted(losses_b) == [3]
+    assert abs(losses_b[3] - losses_a[3]) <= LOSS_RTOL * abs(losses_a[3]), (losses_a, losses_b)
+    assert abs(losses_a[3] - losses_a[1]) > 100 * LOSS_RTOL * abs(losses_a[1])  # the steps moved the loss
+
+
 def _untrained_loss(step: int) -> float:
     """Single-process loss of the freshly initialised tiny model (executor's seed 0) on step `step`'s batch."""
     import torch
