@@ -47,8 +47,9 @@ class MoE(nn.Module):
         self.num_experts = moe.num_experts
         self.capacity_factor = moe.capacity_factor
         self.router = nn.Linear(hidden, moe.num_experts, bias=False)
+        expert_width = moe.expert_ffn_hidden_size
         self.experts = Experts(
-            {str(e): FeedForward(hidden, moe.expert_ffn_hidden_size, swiglu=swiglu, bias=bias) for e in range(moe.num_experts)}
+            {str(e): FeedForward(hidden, expert_width, swiglu=swiglu, bias=bias) for e in range(moe.num_experts)}
         )
         # DeepSeek-V3's aux-loss-free balancing bias: shifts which experts are chosen, not their weights.
         # Kept (so the model holds what the spec counts) but not updated: its load-based update rule is
