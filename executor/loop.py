@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -30,7 +31,9 @@ from executor.metrics import MetricsLog
 from executor.options import RunOptions
 from executor.step import train_step
 from executor.timeouts import phase
-from executor.train import Run
+
+if TYPE_CHECKING:  # executor.train starts this loop; its `Run` is only a type here
+    from executor.train import Run
 
 
 def _flops_per_token(run: Run) -> float | None:

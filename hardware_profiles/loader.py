@@ -7,7 +7,6 @@ looked up in `hardware_profiles/data/<kind>/<name>.yaml`. Loading is `yaml.safe_
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
@@ -16,9 +15,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hardware_profiles.cluster import Cluster, HostGroup
-from hardware_profiles.cluster_schema import MAX_GPUS, ClusterSpec, NodeGroup
+from hardware_profiles.cluster_schema import ClusterSpec
 from hardware_profiles.errors import ProfileError, format_validation_error
 from hardware_profiles.schema import GPUProfile, LinkProfile
+from hardware_profiles.sizing import cluster_size, shared_memory, split_hosts
 
 DATA_DIR = Path(__file__).parent / "data"
 M = TypeVar("M", bound=BaseModel)
@@ -108,53 +108,6 @@ def cluster_spec(name: str) -> tuple[ClusterSpec, Path]:
     return _read(path, ClusterSpec), path
 
 
-def _split_hosts(groups: list[NodeGroup], hosts: int) -> list[int]:
-    """Hosts per group for a request of `hosts`: largest remainder over weights, ties to the earlier group."""
-    weights = [g.weight if g.weight is not None else float(g.count) for g in groups]
-    quotas = [hosts * w / sum(weights) for w in weights]
-    counts = [math.floor(q) for q in quotas]
-    order = sorted(range(len(groups)), key=lambda i: (-(quotas[i] - counts[i]), i))
-    for i in order[: hosts - sum(counts)]:
-        counts[i] += 1
-    return counts
-
-
-def _sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int | None) -> tuple[int, int]:
-    """(hosts, gpus per host) for a request."""
-    hosts, per_host = _requested_sizes(spec, where, nodes, gpus)
-    if hosts * per_host > MAX_GPUS:
-        raise ProfileError(f"{hosts} hosts x {per_host} GPUs = {hosts * per_host} devices is more than meshplan "
-                           f"handles ({MAX_GPUS})", where=where, allowed=f"at most {MAX_GPUS} GPUs in all")
-    return hosts, per_host
-
-
-def _requested_sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int | None) -> tuple[int, int]:
-    if nodes is not None and gpus is not None:
-        raise ProfileError("give nodes= or gpus=, not both", where=where)
-    gpn = spec.node_groups[0].node.gpus
-    virtual = all(g.node.virtual_devices for g in spec.node_groups)
-    if gpus is not None:
-        if not isinstance(gpus, int) or gpus < 1:
-            raise ProfileError(f"gpus={gpus!r} must be a positive integer", where=where)
-        if virtual or gpus <= gpn:
-            return 1, gpus
-        hosts = -(-gpus // gpn)
-        if gpus % hosts:
-            lo, hi = (hosts - 1) * gpn, hosts * gpn
-            raise ProfileError(
-                f"gpus={gpus} does not fill {hosts} hosts of {gpn} GPUs evenly",
-                where=where,
-                allowed=f"1..{gpn}, or a count that splits evenly over the fewest hosts (e.g. {lo} or {hi})",
-            )
-        return hosts, gpus // hosts
-    hosts = spec.default_nodes if nodes is None else nodes
-    if not isinstance(hosts, int) or hosts < 1:
-        raise ProfileError(f"nodes={nodes!r} must be a positive integer", where=where)
-    if hosts > 1 and spec.network is None and spec.nvlink_domain is None:
-        raise ProfileError(f"nodes={hosts} but this is a single-host profile", where=where, allowed="nodes=1 or gpus=N")
-    return hosts, gpn
-
-
 def _check_names(spec: ClusterSpec, path: Path) -> tuple[dict[str, GPUProfile], dict[str, LinkProfile]]:
     """Load every profile the spec names; an unknown one is an error naming its field."""
     base = path.parent
@@ -175,15 +128,6 @@ def _check_names(spec: ClusterSpec, path: Path) -> tuple[dict[str, GPUProfile], 
     return gpus, links
 
 
-def _shared_memory(profile: GPUProfile, devices: int) -> GPUProfile:
-    """A virtual device's profile when `devices` processes share the host memory evenly."""
-    data = profile.model_dump()
-    data["memory_bytes"] = profile.memory_bytes // devices
-    data["sources"] = dict(profile.sources)
-    data["sources"]["memory_bytes"] = f"{profile.sources['memory_bytes']}; divided evenly by {devices} processes on one host"
-    return GPUProfile.model_validate(data)
-
-
 def cluster(name_or_path: str | Cluster, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
     """A concrete cluster: `nodes=N` hosts, or `gpus=N` GPUs on as few hosts as possible (evenly).
 
@@ -198,13 +142,13 @@ def cluster(name_or_path: str | Cluster, *, nodes: int | None = None, gpus: int 
     spec, path = cluster_spec(name_or_path)
     builtin = path.parent == (DATA_DIR / "clusters").resolve()
     where = f"cluster {spec.name!r}" if builtin else str(path)
-    hosts, per_host = _sizes(spec, where, nodes, gpus)
+    hosts, per_host = cluster_size(spec, where, nodes, gpus)
     gpu_profiles, links = _check_names(spec, path)
-    counts = _split_hosts(spec.node_groups, hosts)
+    counts = split_hosts(spec.node_groups, hosts)
     groups = [HostGroup(node=g.node, hosts=c, gpus_per_host=per_host) for g, c in zip(spec.node_groups, counts, strict=True) if c]
     for g in groups:
         if g.node.virtual_devices:
-            gpu_profiles[g.node.gpu] = _shared_memory(gpu_profiles[g.node.gpu], per_host)
+            gpu_profiles[g.node.gpu] = shared_memory(gpu_profiles[g.node.gpu], per_host)
     used = {g.node.gpu for g in groups}
     return Cluster(
         name=spec.name,

@@ -22,14 +22,13 @@ import re
 from hardware_profiles.cluster import Cluster, HostGroup
 from hardware_profiles.cluster_schema import ClusterSpec, NodeGroup
 from hardware_profiles.schema import GPUProfile
+from hardware_profiles.sizing import cluster_size, shared_memory, split_hosts
 
 _SHARED = re.compile(r"; divided evenly by \d+ processes on one host$")
 
 
 def resized(cluster: Cluster, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
     """`cluster` with `nodes` hosts or `gpus` GPUs (neither: as it is), keeping its shapes and profiles."""
-    from hardware_profiles.loader import _shared_memory, _sizes, _split_hosts
-
     groups = [NodeGroup(node=g.node, count=g.hosts) for g in cluster.host_groups]
     # Already validated as part of `cluster`: build the spec without re-checking its citations.
     spec = ClusterSpec.model_construct(name=cluster.name, description=cluster.description, node_groups=groups,
@@ -37,15 +36,15 @@ def resized(cluster: Cluster, *, nodes: int | None = None, gpus: int | None = No
                                        default_nodes=cluster.num_nodes, sources=cluster.sources)
     if nodes is None and gpus is None:
         gpus = cluster.num_gpus
-    hosts, per_host = _sizes(spec, f"cluster {cluster.name!r} (embedded)", nodes, gpus)
-    counts = _split_hosts(groups, hosts)
+    hosts, per_host = cluster_size(spec, f"cluster {cluster.name!r} (embedded)", nodes, gpus)
+    counts = split_hosts(groups, hosts)
     host_groups = [HostGroup(node=g.node, hosts=c, gpus_per_host=per_host) for g, c in zip(groups, counts, strict=True) if c]
     old_per_host = cluster.gpus_per_node
     profiles: dict[str, GPUProfile] = {}
     for g in host_groups:
         profile = cluster.gpus[g.node.gpu]
         if g.node.virtual_devices:
-            profile = _shared_memory(_whole_host(profile, old_per_host), per_host)
+            profile = shared_memory(_whole_host(profile, old_per_host), per_host)
         profiles[g.node.gpu] = profile
     return Cluster(
         name=cluster.name,

@@ -14,10 +14,18 @@ patterns inside a host relative to that coordinate; the title says so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.figures._common import LINK_COLOURS, new_figure, plan_title
+from planner.figures.mesh_large import draw_aggregated
+from planner.figures.mesh_panels import (
+    LINK_STYLE,
+    AxisPanel,
+    MeshFigureData,
+    axis_cmap,
+    axis_panels,
+    topology_for,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -25,77 +33,6 @@ if TYPE_CHECKING:
     from planner.plan import Plan
 
 DETAIL_MAX_GPUS = 256
-AXIS_COLLECTIVE = {"tp": "all_reduce", "cp": "all_gather", "pp": "p2p", "dp_shard": "reduce_scatter",
-                   "dp_replicate": "all_reduce"}
-"""The collective the cost model costs on each axis (planner.cost.evaluate)."""
-_LINK_CATEGORY = {"nvlink": "NVLink", "pcie": "PCIe", "infiniband": "network", "roce": "network",
-                  "ethernet": "network", "loopback": "loopback"}
-_STYLE = {"NVLink": "-", "PCIe": "--", "network": ":", "loopback": "-.", "none": "-"}
-
-
-@dataclass(frozen=True)
-class AxisPanel:
-    """One panel: a mesh axis, its groups, and the link its collective is limited by."""
-
-    axis: str
-    size: int
-    num_groups: int
-    collective: str
-    bottleneck: str  # the topology estimate's bottleneck link label, e.g. "nvlink4", "ib-ndr NIC"
-    link: str  # "NVLink", "PCIe", "network (infiniband)", "loopback" or "none"
-    gpu_cells: int  # GPU cells drawn for used ranks (detailed mode); 0 when aggregated
-    host_cells: int  # host cells drawn (aggregated mode); 0 when detailed
-
-
-@dataclass(frozen=True)
-class MeshFigureData:
-    world_size: int
-    num_gpus: int
-    idle_gpus: int
-    num_hosts: int
-    aggregated: bool
-    aggregation: str  # how the figure aggregated ("" when every GPU is drawn)
-    panels: tuple[AxisPanel, ...]
-
-
-def topology_for(plan: Plan) -> Any:
-    from hardware_profiles import Cluster
-    from planner.topology import Topology
-
-    return Topology(Cluster.model_validate(plan.inputs.cluster))
-
-
-def link_of(topo: Any, bottleneck: str) -> str:
-    """Link category of a bottleneck label, read from the topology's edge table (label -> technology)."""
-    lay = topo.layout
-    kinds = {str(lbl): str(k) for cls in lay.label for lbl, k in zip(lay.label[cls], lay.link_kind[cls])}
-    tech = kinds.get(bottleneck, "")
-    cat = _LINK_CATEGORY.get(tech, "none")
-    return f"network ({tech})" if cat == "network" else cat
-
-
-def axis_panels(plan: Plan, topo: Any) -> list[tuple[AxisPanel, list[list[int]]]]:
-    """Every axis of size > 1 with its groups (rank lists) and its link."""
-    lay = plan.layout
-    shape = lay.mesh_shape
-    out = []
-    for i, axis in enumerate(lay.mesh_axes):
-        if shape[i] <= 1:
-            continue
-        kind = AXIS_COLLECTIVE[axis]
-        est = topo.axis_collective(kind, shape, i)
-        groups = topo.mesh_groups(shape, i)
-        panel = AxisPanel(axis=axis, size=shape[i], num_groups=len(groups), collective=kind,
-                          bottleneck=str(est.bottleneck), link=link_of(topo, str(est.bottleneck)),
-                          gpu_cells=0, host_cells=0)
-        out.append((panel, groups))
-    return out
-
-
-def _cmap(size: int):
-    from matplotlib import colormaps
-
-    return colormaps["tab10" if size <= 10 else "tab20" if size <= 20 else "viridis"].resampled(size)
 
 
 def _host_grid(topo: Any) -> tuple[dict[int, tuple[float, float]], list[tuple[list[int], str]], int]:
@@ -139,8 +76,6 @@ def draw_mesh(plan: Plan, topology: Any = None) -> tuple[Figure, MeshFigureData]
     panels = axis_panels(plan, topo)
     n_gpus = int(topo.num_gpus)
     if n_gpus > DETAIL_MAX_GPUS:
-        from planner.figures.mesh_large import draw_aggregated
-
         return draw_aggregated(plan, topo, panels)
     return _draw_detailed(plan, topo, panels)
 
@@ -171,7 +106,7 @@ def _draw_detailed(plan: Plan, topo: Any, panels: list[tuple[AxisPanel, list[lis
     out_panels = []
     for k, (panel, groups) in enumerate(shown):
         ax = fig.add_subplot(nrow, ncol, k + 1)
-        cmap = _cmap(panel.size)
+        cmap = axis_cmap(panel.size)
         polys, faces, idle_polys = [], [], []
         for h in range(hosts):
             for g in range(gpn):
@@ -208,7 +143,7 @@ def _draw_detailed(plan: Plan, topo: Any, panels: list[tuple[AxisPanel, list[lis
             segs.extend(_arc(a, b, bend) for a, b in zip(pts[:-1], pts[1:]))
         if panel.axis != "none" and segs:
             ax.add_collection(LineCollection(segs, colors=LINK_COLOURS.get(cat, "#333333"), linewidths=1.0,
-                                             linestyles=_STYLE.get(cat, "-"), alpha=0.8))
+                                             linestyles=LINK_STYLE.get(cat, "-"), alpha=0.8))
         top = min([-0.2] + [y for seg in segs for _, y in seg])
         ax.set_xlim(-0.4, width_u)
         ax.set_ylim(height_u + (0.8 if domains else 0.4), top - 0.2)
@@ -230,7 +165,7 @@ def _draw_detailed(plan: Plan, topo: Any, panels: list[tuple[AxisPanel, list[lis
                 cb = fig.colorbar(sm, ax=ax, fraction=0.025, pad=0.01, ticks=ticks, location="left")
                 cb.set_label(panel.axis, fontsize=7)
                 cb.ax.tick_params(labelsize=6)
-            handles.append(Line2D([], [], color=LINK_COLOURS.get(cat, "#333333"), linestyle=_STYLE.get(cat, "-"),
+            handles.append(Line2D([], [], color=LINK_COLOURS.get(cat, "#333333"), linestyle=LINK_STYLE.get(cat, "-"),
                                   label=f"group link: {panel.link}"))
             if idle_polys:
                 handles.append(Patch(facecolor="#EEEEEE", edgecolor="#AAAAAA", hatch="...", label="idle GPU"))

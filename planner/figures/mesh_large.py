@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.figures._common import LINK_COLOURS, new_figure, plan_title
-from planner.figures.mesh import _STYLE, AxisPanel, MeshFigureData, _cmap
+from planner.figures.mesh_panels import LINK_STYLE, AxisPanel, MeshFigureData, axis_cmap
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -80,7 +80,7 @@ def draw_aggregated(plan: Plan, topo: Any, panels: list[tuple[AxisPanel, list[li
         size = max(panel.size, 1)
         M = coordinate_matrix(plan, hosts, gpn, panel.axis) if panel.axis != "none" else np.zeros((hosts, gpn), np.int64)
         base, pats, counts = host_patterns(M, size)
-        cmap = _cmap(size).with_extremes(bad="#DDDDDD")
+        cmap = axis_cmap(size).with_extremes(bad="#DDDDDD")
         img = np.full(nrows * per_row, np.nan)
         img[:hosts] = np.where(base >= 0, base, np.nan)
         ax = fig.add_subplot(gs[k, 0])
@@ -90,7 +90,7 @@ def draw_aggregated(plan: Plan, topo: Any, panels: list[tuple[AxisPanel, list[li
         grp_hosts = sorted({host_of[r] for r in groups[0]}) if panel.axis != "none" else []
         if len(grp_hosts) > 1:
             ax.plot([h % per_row for h in grp_hosts], [h // per_row for h in grp_hosts], marker="o", markersize=2.5,
-                    color=LINK_COLOURS.get(cat, "#333333"), linestyle=_STYLE.get(cat, "-"), linewidth=1.2,
+                    color=LINK_COLOURS.get(cat, "#333333"), linestyle=LINK_STYLE.get(cat, "-"), linewidth=1.2,
                     label=f"hosts of rank 0's group ({panel.link})")
             ax.legend(fontsize=6, loc="upper right")
         ax.set_xticks([])

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from planner.model import flops as _flops
-from planner.model import params as _params
+import planner.model.flops as _flops
+import planner.model.params as _params
 
 RecomputePolicy = Literal["none", "selective", "full"]
 

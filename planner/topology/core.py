@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import planner.topology.flows as flows
+import planner.topology.symmetry as symmetry
 from hardware_profiles import Cluster, GPUProfile
-from planner.topology import flows, symmetry
 from planner.topology.estimate import KINDS, CollectiveEstimate, latency_steps
 from planner.topology.layout import Layout, build_layout
 from planner.topology.optimistic import OptimisticBounds
