@@ -12,8 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-
 
 class FrameworkOverhead(BaseModel):
     """Host-side time per decoder layer and micro-batch that FLOP and byte counts do not explain:

@@ -32,8 +32,3 @@ def gemm_time_s(flops: np.ndarray | float, peak_flops: float, max_fraction: floa
     """Seconds for a GEMM of `flops` FLOPs: F / (peak * eff(F)) = (F + half_flops) / (peak * max_fraction)."""
     flops = np.asarray(flops, dtype=float)
     return np.where(flops > 0, (flops + half_flops) / (peak_flops * max_fraction), 0.0)
-
-
-def achieved_fraction(flops: np.ndarray | float, max_fraction: float, half_flops: float) -> np.ndarray:
-    flops = np.asarray(flops, dtype=float)
-    return max_fraction * flops / (flops + half_flops)

@@ -64,10 +64,6 @@ def save(fig: Figure, out_dir: str | Path, stem: str, *, force: bool = False) ->
     return paths
 
 
-def fmt_bytes(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
-
-
 def fmt_s(t: float) -> str:
     return f"{t * 1e3:.1f} ms" if t < 10 else f"{t:.2f} s"
 
