@@ -31,8 +31,8 @@ import planner.cost.efficiency as efficiency
 from planner.api import make_context
 from planner.cost.comm import AxisBandwidth, tp_layer_fwd_s
 from planner.cost.evaluate import _coeff_columns
+from planner.layout import Workload
 from planner.model import ModelSpec
-from planner.workload import Workload
 
 # Korthikanti et al. 2022 Table 4 (ms): (forward, backward) per configuration; backward includes recomputation.
 TABLE_4_MS = {

@@ -38,9 +38,8 @@ from scipy.stats import spearmanr
 
 import hardware_profiles as hp
 from planner import evaluate
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import ModelSpec, preset
-from planner.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 RANKS = 4

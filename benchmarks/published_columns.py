@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from planner.api import search_result
-from planner.cost.evaluate import SCHEDULES
-from planner.workload import Workload
+from planner.layout import SCHEDULE_NAMES, Workload
 
 
 def _shape(row: dict[str, Any]) -> tuple[int, ...]:
@@ -24,7 +23,7 @@ def published_rank(model, cluster, workload: Workload, stated: dict[str, Any], p
     certain (">N" when at least N other shapes are faster)."""
     top = 64
     while True:
-        _, res = search_result(model, cluster, workload, top=top, **stated)
+        _, res = search_result(model, cluster, workload, top=top, framework=None, **stated)
         faster: set[tuple[int, ...]] = set()
         for i in range(len(res.step_time_s)):
             row = {k: res.table[k][i] for k in ("tp", "pp", "dp", "cp", "ep")}
@@ -42,14 +41,14 @@ def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
     text = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}" + (f" cp{r['cp']}" if r["cp"] > 1 else "") + (
         f" ep{r['ep']}" if r["ep"] > 1 else "") + f" mb{r['mb']}"
     if r["pp"] > 1:
-        text += f" {SCHEDULES[r['sched']]}" + (f"-v{r['v']}" if r["v"] > 1 else "")
+        text += f" {SCHEDULE_NAMES[r['sched']]}" + (f"-v{r['v']}" if r["v"] > 1 else "")
     return text + f" z{r['zero']}"
 
 
 def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any]) -> tuple[float, float, int]:
     """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
     open, each setting at its best other knobs: how much the unstated knobs alone move the prediction."""
-    _, res = search_result(model, cluster, workload, top=1, keep_all=True, **pins)
+    _, res = search_result(model, cluster, workload, top=1, keep_all=True, framework=None, **pins)
     rows = res.all_feasible
     if not rows or len(rows["step_time_ms"]) == 0:
         return float("nan"), float("nan"), 0

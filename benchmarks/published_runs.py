@@ -40,7 +40,7 @@ from published_step_times import step_time_s, uncertainty_pct
 from pydantic import ValidationError
 
 from planner.api import evaluate, plans_from_result, row_to_layout, search_result
-from planner.workload import Workload
+from planner.layout import Workload
 
 # What each source's software could do: the published layout is pinned inside it, and the planner's own search
 # (for the rank and the pick) runs over the same feature set, so a layout is never ranked against options its
@@ -195,7 +195,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pins = _pins(case)
     published, derivation = step_time_s(case, model)
     t0 = time.perf_counter()
-    _, pinned = search_result(model, cluster, work, top=1, **pins)
+    _, pinned = search_result(model, cluster, work, top=1, framework=None, **pins)
     par = case.parallelism
     row: dict[str, Any] = {
         "case": case.id, "source": source_key(case), "framework": framework_name(case), "gpu": case.hardware.gpu[:4],
@@ -215,7 +215,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
         # The published layout does not fit meshplan's memory model (the run did fit): still predict its time, at
         # the least-memory unstated settings, and say so in the rank column.
         least, peak = pinned.best_infeasible
-        plan = evaluate(model, cluster, work, row_to_layout(least, None), allow_oom=True)
+        plan = evaluate(model, cluster, work, row_to_layout(least, None), allow_oom=True, framework=None)
         pred = plan.prediction.step_time_s
         return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": pred,
                 "spread_hi_s": pred, "rank": f"OOM {peak / 2**30:.0f}GiB", "pick": "", "gain_pct": float("nan"),
@@ -223,7 +223,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pred = float(pinned.step_time_s[0])
     lo, hi, _ = unstated_spread(model, cluster, work, pins)
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
-    ctx, pick = search_result(model, cluster, work, top=1, **_framework(case)["features"])
+    ctx, pick = search_result(model, cluster, work, top=1, framework=None, **_framework(case)["features"])
     plan = plans_from_result(ctx, pick)[0]
     extrapolations = getattr(plan.prediction, "extrapolations", None)  # reported by planners that know them
     return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": lo,

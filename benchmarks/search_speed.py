@@ -103,16 +103,17 @@ def _timed(fn) -> tuple[Any, float, float]:
 def child(index: int, warm: int) -> None:
     """Time one case in this (fresh) process and print one JSON line."""
     import hardware_profiles
-    from planner.api import _cached_topology, row_to_layout, search_result
+    from planner.api import row_to_layout, search_result
+    from planner.cost.context import cached_topology
+    from planner.layout import Workload
     from planner.model import ModelSpec, preset
-    from planner.workload import Workload
 
     case = list(cases())[index]
     model = preset(case.model) if isinstance(case.model, str) else ModelSpec(**case.model)
     cluster = hardware_profiles.cluster(case.cluster, gpus=case.gpus)
     workload = Workload(global_batch=case.global_batch, global_batch_tokens=case.global_batch_tokens,
                         seq_len=case.seq_len)
-    _, topo_s, topo_cpu = _timed(lambda: _cached_topology(cluster))
+    _, topo_s, topo_cpu = _timed(lambda: cached_topology(cluster))
     (_, res), cold_s, cold_cpu = _timed(lambda: search_result(model, cluster, workload, top=1))
     warm_runs = [_timed(lambda: search_result(model, cluster, workload, top=1))[1:] for _ in range(warm)]
     best = "none fits"

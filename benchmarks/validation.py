@@ -200,7 +200,7 @@ class FixedLayoutCost:
         from published_runs import _pins, workload
 
         cluster = build_cluster(case)
-        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, **_pins(case))
+        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework=None, **_pins(case))
         if not len(res.step_time_s):
             return None
         plan = plans_from_result(ctx, res)[0]
@@ -210,17 +210,17 @@ class FixedLayoutCost:
     def step_time_s(self, cluster) -> float:
         from published_runs import workload
 
-        from planner.api import _cached_topology, layout_to_row
         from planner.cost.comm import AxisBandwidth
-        from planner.cost.context import CostContext
+        from planner.cost.context import CostContext, cached_topology
         from planner.cost.evaluate import evaluate_table
-        from planner.solver.rank_costs import needs_typed_costing
+        from planner.cost.typed import needs_typed_costing
+        from planner.layout import layout_to_row
 
         model, work = build_model(self.case), workload(self.case)
-        topology = _cached_topology(self.cluster)  # built from the committed cluster: same hosts and links
+        topology = cached_topology(self.cluster)  # built from the committed cluster: same hosts and links
         ctx = CostContext(model=model, cluster=cluster, workload=work, topology=topology)
         if needs_typed_costing(ctx):
-            return float(evaluate(model, cluster, work, self.layout, allow_oom=True).prediction.step_time_s)
+            return float(evaluate(model, cluster, work, self.layout, allow_oom=True, framework=None).prediction.step_time_s)
         if self._bandwidth is None:
             self._bandwidth = AxisBandwidth(topology)
         res = evaluate_table(ctx, layout_to_row(self.layout), self._bandwidth, rank_layers=np.array([self.rank_layers]))

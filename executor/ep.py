@@ -2,7 +2,7 @@
 
 EP rank r of ep keeps experts [r * E/ep, (r+1) * E/ep) of every MoE layer, keyed by their global index, so
 parameter names, initial values and checkpoints do not depend on ep (executor.init, executor.checkpoint).
-Which ranks form an EP group, and how the other data ranks hold the experts: planner.expert_groups and
+Which ranks form an EP group, and how the other data ranks hold the experts: planner.layout.expert_groups and
 executor.mesh. One MoE forward on one rank (executor.moe routes and sorts; `ExpertExchange` does the rest):
 
   1. route its tokens and sort the served (token, slot) assignments by expert (executor.moe, .routing);

@@ -11,7 +11,7 @@ planner's `Layout.rank_coords` and placement assume. From it:
                  ZeRO-0 replicates over (dp_replicate, dp_shard, cp) flattened.
   tp, cp, pp   = 1-D slices.
   ep           = expert parallelism (ep > 1): the `ep` consecutive ranks of the data block
-                 dp_replicate x dp_shard x cp (planner.expert_groups). To slice it, each data axis X is
+                 dp_replicate x dp_shard x cp (planner.layout.expert_groups). To slice it, each data axis X is
                  built as two mesh dims, X_mod_ep (outer) and X_in_ep (inner: the ranks of X inside one EP
                  group), whose row-major product is X, so the rank layout is exactly the plan's.
   expert_dp    = the mesh the experts' gradients are reduced over: the data ranks outside the EP group,
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from planner.expert_groups import DATA_AXES, layout_ep_parts
 from planner.layout import Layout
+from planner.layout.expert_groups import DATA_AXES, layout_ep_parts
 
 
 @dataclass(kw_only=True)

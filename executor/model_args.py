@@ -5,6 +5,8 @@ directly, so the model code depends on a dozen named numbers, not on the planner
 reads the ModelSpec field names fixed in the contract; `smoke_spec` keeps the layer structure (number of
 layers, which layers are MoE, so the plan's layer partition and schedule still apply) and shrinks every
 width to something a laptop runs in seconds while staying divisible by the plan's TP and CP degrees.
+`check_model` refuses what the reference model cannot build; whether a layout fits a model is the rule set's
+(`planner.layout.rules`), which `executor.train.check_plan` runs.
 """
 
 from __future__ import annotations
@@ -174,46 +176,14 @@ def smoke_seq_len(cp: int) -> int:
     return step * math.ceil(SMOKE_SEQ_LEN / step)
 
 
-def check_experts(spec: Any, ep: int) -> None:
-    """ep > 1 needs a mixture-of-experts model whose routed expert count it divides (checked on the plan's
-    own model, before `smoke_spec` resizes the experts)."""
-    if ep == 1:
-        return
-    moe = _get(spec, "moe")
-    num_experts = None if moe is None else int(_get(moe, "num_experts"))
-    if num_experts is None or num_experts % ep:
-        have = "a dense model" if num_experts is None else f"num_experts={num_experts}"
-        raise UserError(
-            f"ep={ep} needs a mixture-of-experts model whose expert count it divides ({have})",
-            where="plan: layout.ep",
-            fix="plan with an ep that divides the number of experts (ep=1 for a dense model)",
-        )
-
-
-def check_divisibility(args: ModelArgs, *, tp: int, cp: int, seq_len: int) -> None:
-    """The reference model's own divisibility rules for a layout; one-line UserError naming the fix."""
-    where = "plan"
-    if args.num_heads % tp or args.num_kv_heads % tp:
-        raise UserError(
-            f"tp={tp} must divide num_heads={args.num_heads} and num_kv_heads={args.num_kv_heads}",
-            where=where,
-            fix="choose a tp that divides both head counts",
-        )
+def check_model(args: ModelArgs) -> None:
+    """What the reference model itself needs of a model spec (the layout's rules are `planner.layout.rules`);
+    one-line UserError naming the fix."""
     if args.num_heads % args.num_kv_heads:
         raise UserError(
-            f"num_kv_heads={args.num_kv_heads} must divide num_heads={args.num_heads}", where="model spec"
-        )
-    if args.ffn_hidden_size % tp or (args.moe is not None and args.moe.expert_ffn_hidden_size % tp):
-        raise UserError(f"tp={tp} must divide the MLP widths", where=where, fix="choose another tp")
-    if seq_len % (2 * cp):
-        raise UserError(
-            f"seq_len={seq_len} must be a multiple of 2*cp={2 * cp} (load-balanced CP chunks)",
-            where=where,
-            fix="change seq_len or cp",
-        )
-    if seq_len > args.max_seq_len:
-        raise UserError(
-            f"seq_len={seq_len} exceeds the model's max_seq_len={args.max_seq_len}", where="plan inputs.workload"
+            f"num_kv_heads={args.num_kv_heads} must divide num_heads={args.num_heads}", where="model spec",
+            fix="use a grouped-query attention shape (heads a multiple of KV heads)",
         )
     if args.head_dim % 2 and args.position == "rope":
-        raise UserError(f"head_dim={args.head_dim} must be even for RoPE", where="model spec")
+        raise UserError(f"head_dim={args.head_dim} must be even for RoPE", where="model spec",
+                        fix="use an even head_dim")

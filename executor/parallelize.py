@@ -31,7 +31,7 @@ from executor.init import materialize
 from executor.mesh import Meshes
 from executor.model import Transformer
 from executor.model_args import ModelArgs
-from executor.pipeline import ZERO_BUBBLE, build_pipeline, split_model
+from executor.pipeline import build_pipeline, split_model, splits_backward
 from executor.tp import apply_tp
 
 
@@ -67,7 +67,7 @@ def apply_plan(
     layout = meshes.layout
     with torch.device("meta"):
         parts, stage_ids = split_model(args, layout, meshes.pp_rank)
-    zero_bubble = layout.pp > 1 and layout.schedule in ZERO_BUBBLE
+    zero_bubble = splits_backward(layout)
     if layout.cp > 1:
         positions = cp_positions(seq_len, meshes.cp_rank, layout.cp)
     else:

@@ -5,13 +5,12 @@ chunk c runs on pipeline rank c % pp (Megatron interleaving, Narayanan et al. 20
 final norm and LM head on the last chunk. Each chunk is a `Transformer` holding only its layers, keyed by
 global index, so parameter names do not depend on the partition.
 
-Schedules (plan name -> PyTorch class):
-  gpipe        ScheduleGPipe              all forwards, then all backwards (Huang et al. 2019)
-  1f1b         Schedule1F1B               one-forward-one-backward (PipeDream-Flush, Narayanan et al. 2021)
-  interleaved  ScheduleInterleaved1F1B    virtual_stages chunks per rank (Narayanan et al. 2021)
-  zb-h1        ScheduleInterleavedZeroBubble with one chunk per rank: backward split into input-gradient
-               (B) and weight-gradient (W) passes, W deferred into the bubbles; with one chunk per rank
-               this is ZB-H1's 1F1B-memory schedule (Qi et al. 2023)
+Schedules: the plan's schedule names the PyTorch class in the schedule registry
+(`planner.layout.schedules`, `PipelineSchedule.torch_class`): gpipe ScheduleGPipe, 1f1b Schedule1F1B,
+interleaved ScheduleInterleaved1F1B (virtual_stages chunks per rank), zb-h1 ScheduleInterleavedZeroBubble
+with one chunk per rank (backward split into input-gradient (B) and weight-gradient (W) passes, W deferred
+into the bubbles: ZB-H1's 1F1B-memory schedule, Qi et al. 2023). Classes that take a list of stages
+(`torch_multi_stage`) get this rank's chunks as a list.
 
 Every schedule is given the per-micro-batch mean loss and `scale_grads=True` (gradients divided by the
 number of micro-batches), so a step's gradient is the mean over the rank's batch, as without pipelining.
@@ -21,28 +20,18 @@ from __future__ import annotations
 
 import torch
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (
-    Schedule1F1B,
-    ScheduleGPipe,
-    ScheduleInterleaved1F1B,
-    ScheduleInterleavedZeroBubble,
-)
+from torch.distributed.pipelining import schedules as torch_schedules
 
 from executor.mesh import Meshes
 from executor.model import Transformer, loss_fn
 from executor.model_args import ModelArgs
-from planner.layout import Layout
+from planner.layout import SCHEDULES, Layout
 
-SCHEDULES = {
-    "gpipe": ScheduleGPipe,
-    "1f1b": Schedule1F1B,
-    "interleaved": ScheduleInterleaved1F1B,
-    "zb-h1": ScheduleInterleavedZeroBubble,
-}
-MULTI_STAGE = {"interleaved", "zb-h1"}
-"""Schedules whose class takes a list of stages (PipelineScheduleMulti)."""
-ZERO_BUBBLE = {"zb-h1"}
-"""Schedules that split the backward pass; FSDP must then shard only chunk roots (see executor.fsdp)."""
+
+def splits_backward(layout: Layout) -> bool:
+    """The schedule splits the backward pass (zero bubble); FSDP must then shard only chunk roots
+    (see executor.fsdp)."""
+    return layout.pp > 1 and SCHEDULES[layout.schedule].splits_backward
 
 
 def chunk_ids(layout: Layout, pp_rank: int) -> list[int]:
@@ -71,8 +60,9 @@ def build_pipeline(parts: list[Transformer], stage_ids: list[int], meshes: Meshe
     layout = meshes.layout
     group = meshes.pp.get_group()
     stages = [PipelineStage(p, s, layout.num_chunks, device, group=group) for p, s in zip(parts, stage_ids, strict=True)]
-    cls = SCHEDULES[layout.schedule]
-    if layout.schedule in MULTI_STAGE:
+    entry = SCHEDULES[layout.schedule]
+    cls = getattr(torch_schedules, entry.torch_class)
+    if entry.torch_multi_stage:
         return cls(stages, n_microbatches=layout.num_microbatches, loss_fn=loss_fn, scale_grads=True), stages
     (stage,) = stages
     return cls(stage, n_microbatches=layout.num_microbatches, loss_fn=loss_fn, scale_grads=True), stages

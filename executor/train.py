@@ -33,21 +33,14 @@ import torch.distributed as dist
 from executor import faults
 from executor.data import MemmapTokens, SyntheticTokens, local_batch
 from executor.mesh import Meshes, build_meshes
-from executor.model_args import (
-    ModelArgs,
-    check_divisibility,
-    check_experts,
-    from_spec,
-    smoke_seq_len,
-    smoke_spec,
-)
+from executor.model_args import ModelArgs, check_model, from_spec, smoke_seq_len, smoke_spec
 from executor.options import RunOptions, parse_args
 from executor.parallelize import ParallelModel, apply_plan
 from executor.step import OptimizerConfig, build_optimizers
 from executor.timeouts import DEFAULT_TIMEOUT_S, CollectiveFailure, phase, set_group_timeouts
 from executor.world import World, check_world, init_process_group
 from planner.errors import UserError
-from planner.expert_groups import ep_problem
+from planner.layout import rules
 from planner.plan import Plan
 
 
@@ -81,27 +74,25 @@ class Run:
 
 
 def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, int]:
-    """Model-side checks of the plan; returns (spec to train, its ModelArgs, sequence length)."""
+    """Model-side checks of the plan; returns (spec to train, its ModelArgs, sequence length).
+
+    The layout must meet the rule set of `meshplan run` (`planner.layout.rules`, framework "meshplan": the
+    same rules the search respects, EP's group composition included) for the plan's model and, under
+    --smoke, for the toy model trained; the rank count is checked against the world (`executor.world`)."""
     lay = plan.layout
-    problem = ep_problem(lay)
-    if problem is not None:
-        raise UserError(problem, where=f"{where}: layout.ep", fix="choose another ep or reorder layout.mesh_axes")
-    check_experts(plan.inputs.model, lay.ep)
     workload = plan.inputs.workload
-    if lay.global_batch != workload.batch:
-        raise UserError(
-            f"dp*micro_batch*num_microbatches={lay.global_batch} != workload.global_batch={workload.batch}",
-            where=f"{where}: layout",
-            fix="re-plan: the layout must consume exactly the workload's global batch",
-        )
     spec = plan.inputs.model
-    seq_len = workload.seq_len
-    if smoke:
-        spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp, ep=lay.ep)
-        seq_len = smoke_seq_len(lay.cp)
+    try:
+        rules.check(lay, spec, workload, framework=rules.DEFAULT_FRAMEWORK)
+        if smoke:  # and the toy model actually trained (widths, experts and sequence resized for the layout)
+            spec = smoke_spec(spec, tp=lay.tp, cp=lay.cp, ep=lay.ep)
+            workload = workload.model_copy(update={"seq_len": smoke_seq_len(lay.cp)})
+            rules.check(lay, spec, workload, framework=rules.DEFAULT_FRAMEWORK)
+    except UserError as exc:
+        raise UserError(str(exc), where=f"{where}: layout") from None
     args = from_spec(spec)
-    check_divisibility(args, tp=lay.tp, cp=lay.cp, seq_len=seq_len)
-    return spec, args, seq_len
+    check_model(args)
+    return spec, args, workload.seq_len
 
 
 def param_dtype_for(plan: Plan, world: World) -> torch.dtype | None:

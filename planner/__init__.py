@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 from planner.sweep import sweep
 
 if TYPE_CHECKING:
-    from planner.layout import Layout
+    from planner.layout import Layout, Workload
     from planner.plan import Plan
-    from planner.workload import Workload
 
 def __getattr__(name: str) -> Any:
     """`Layout`, `Plan` and `Workload`, imported on first use (then cached as module attributes)."""
@@ -25,7 +24,7 @@ def __getattr__(name: str) -> Any:
     elif name == "Plan":
         from planner.plan import Plan as value
     elif name == "Workload":
-        from planner.workload import Workload as value
+        from planner.layout import Workload as value
     else:
         raise AttributeError(f"module 'planner' has no attribute {name!r}")
     globals()[name] = value

@@ -11,84 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from planner.cost.comm import AxisBandwidth
-from planner.cost.context import CostContext
-from planner.cost.evaluate import COLUMNS, MESH_ORDERS, RECOMPUTE, SCHEDULES, evaluate_table
+from planner.cost.context import CostContext, make_context
+from planner.cost.evaluate import evaluate_table
+from planner.cost.layout_cost import cost_layout, rank_layers_of
 from planner.cost.partition import chunk_partition
+from planner.cost.typed import needs_typed_costing
 from planner.errors import InfeasibleError, UserError
-from planner.layout import Layout
+from planner.layout import Layout, Workload, rules
+from planner.layout.layout import row_to_layout
+from planner.layout.rules import DEFAULT_FRAMEWORK
+from planner.layout.table import layout_to_row, row_at, table_of
 from planner.model import ModelSpec
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
-from planner.plan_checks import check_against_model
 from planner.solver.exact import SearchResult, exact_search
-from planner.solver.rank_costs import needs_typed_costing
 from planner.solver.refine import Refinement, refine
 from planner.solver.space import PIN_FIELDS, SET_PIN_FIELDS, Pins, SearchLimits
-from planner.workload import Workload
+
+__all__ = ["best_rank_layers", "build_plan", "evaluate", "infeasible_message", "layout_to_row", "make_context",
+           "plans_from_result", "row_to_layout", "search", "search_result"]
 
 GiB = 2**30
-
-
-_TOPOLOGIES: dict[str, Any] = {}
-
-
-def _cached_topology(cluster: Any):
-    """Topology of a cluster, built once per cluster fingerprint (large clusters take a moment to build)."""
-    from planner.topology import Topology
-
-    key = cluster.fingerprint() if hasattr(cluster, "fingerprint") else str(id(cluster))
-    topo = _TOPOLOGIES.get(key)
-    if topo is None:
-        if len(_TOPOLOGIES) >= 8:
-            _TOPOLOGIES.pop(next(iter(_TOPOLOGIES)))
-        topo = _TOPOLOGIES[key] = Topology(cluster)
-    return topo
-
-
-def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
-    """The cost context; a `flash_attention` option is folded into the workload so plans record it."""
-    if options.get("flash_attention") is not None:
-        workload = workload.model_copy(update={"flash_attention": bool(options.pop("flash_attention"))})
-    options.pop("flash_attention", None)
-    if workload.seq_len > model.max_seq_len:
-        raise UserError(
-            f"seq_len={workload.seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
-            where="workload.seq_len",
-            fix=f"use --seq-len <= {model.max_seq_len}",
-        )
-    topo = _cached_topology(cluster)
-    return CostContext(model=model, cluster=cluster, workload=workload, topology=topo, **options)
-
-
-def layout_to_row(layout: Layout) -> dict[str, np.ndarray]:
-    """One-row table (see cost.evaluate.COLUMNS) for a Layout."""
-    values = {
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
-        "mb": layout.micro_batch, "m": layout.num_microbatches, "sched": SCHEDULES.index(layout.schedule),
-        "v": layout.virtual_stages, "zero": layout.zero, "dp_shard": layout.dp_shard,
-        "rc": RECOMPUTE.index(layout.recompute), "sp": int(layout.sequence_parallel),
-        "order": MESH_ORDERS.index(tuple(layout.mesh_axes)),
-    }
-    return {k: np.array([values[k]], dtype=np.int64) for k in COLUMNS}
-
-
-def row_to_layout(row: dict[str, int], partition: tuple[int, ...] | None) -> Layout:
-    return Layout(
-        dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], ep=row["ep"], micro_batch=row["mb"],
-        num_microbatches=row["m"], schedule=SCHEDULES[row["sched"]], virtual_stages=row["v"], zero=row["zero"],
-        dp_shard=row["dp_shard"], recompute=RECOMPUTE[row["rc"]], sequence_parallel=bool(row["sp"]),
-        mesh_axes=MESH_ORDERS[row["order"]], layer_partition=partition,
-    )
-
-
-def _rank_layers_from_partition(layout: Layout, num_layers: int) -> list[int]:
-    parts = layout.partition(num_layers)
-    per_rank = [0] * layout.pp
-    for c, n in enumerate(parts):
-        per_rank[c % layout.pp] += n
-    return per_rank
 
 
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
@@ -104,21 +47,16 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
                chunks: tuple[int, ...] | None = None, refined: Refinement | None = None) -> Plan:
     """Cost one layout rank by rank and wrap it with its inputs, placement and per-stage memory.
 
-    Models with several layer types and clusters with several GPU kinds are costed by type and by each rank's
-    own GPU (`solver.refine`), with the layers per chunk `chunks` (default: `rank_layers` split evenly within
-    each rank) or an already computed refinement; otherwise with `evaluate_table`'s rank-by-rank path.
+    Costed by `cost.layout_cost.cost_layout` (by layer type on each rank's own GPU where the model or the
+    cluster needs it) with the layers per chunk `chunks` (default: `rank_layers` split evenly within each
+    rank), or from an already computed refinement (`solver.refine`).
     """
     pp = row["pp"]
     if chunks is None and pp > 1:
         chunks = refined.chunks if refined is not None else chunk_partition(rank_layers, row["v"])
-    if refined is None and needs_typed_costing(ctx):
-        refined = refine(ctx, row, rank_layers, chunks=chunks)
-    if refined is not None:
-        res, capacity = refined.result, [float(c) for c in refined.costs.capacity_bytes]
-    else:
-        table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
-        res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology), rank_layers=np.array([rank_layers]))
-        capacity = [ctx.memory_capacity_bytes] * pp
+    res = refined.result if refined is not None else cost_layout(ctx, row, rank_layers, chunks)
+    assert res.rank_capacity_bytes is not None
+    capacity = [float(c) for c in res.rank_capacity_bytes[0]]
     layout = row_to_layout(row, chunks if pp > 1 else None)
     W = layout.world_size
     step = float(res.step_time_s[0])
@@ -167,7 +105,7 @@ MAX_PIN_VALUE = 2**31 - 1
 
 
 def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
-    limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages"}
+    limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages", "framework"}
     context_names = {"flash_attention", "dropout"}
     layout_pins = {k: v for k, v in pins.items() if v is not None and k not in limit_names | context_names}
     unknown = set(layout_pins) - set(PIN_FIELDS)
@@ -178,7 +116,8 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PIN_VALUE:
             raise UserError(f"{value} is larger than any layout can be", where="--" + name.replace("_", "-"),
                             fix=f"pin at most {MAX_PIN_VALUE:,} (the GPU count bounds every degree)")
-    limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and v is not None})
+    limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and (v is not None or k == "framework")})
+    rules.rules_for(limits.framework)  # an unknown framework name is a user error
     options = {k: v for k, v in pins.items() if k in context_names and v is not None}
     if "mesh_axes" in layout_pins:
         layout_pins["mesh_axes"] = tuple(layout_pins["mesh_axes"])
@@ -188,11 +127,12 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     return Pins(layout_pins), limits, options
 
 
-def search_result(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, keep_all: bool = False,
-                  **pins: Any) -> tuple[CostContext, SearchResult]:
-    """Run the exact search; returns the context and the raw result (rows, stats)."""
+def search_result(model: ModelSpec, cluster: Any, workload: Workload | None = None, top: int = 1,
+                  keep_all: bool = False, **pins: Any) -> tuple[CostContext, SearchResult]:
+    """Run the exact search; returns the context and the raw result (rows, stats). No workload: the model's
+    default one (`Workload.for_model`)."""
     layout_pins, limits, options = _split_pins(pins)
-    ctx = make_context(model, cluster, workload, **options)
+    ctx = make_context(model, cluster, workload if workload is not None else Workload.for_model(model), **options)
     return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
 
 
@@ -217,8 +157,12 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
     if why.kind == "batch":
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
-        return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
-                f"{ctx.workload.batch} ({what}); fix: relax the pins or change --global-batch to a multiple of the DP degrees")
+        head = (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
+                f"{ctx.workload.batch} ({what})")
+        reason = result.rejected.reason()
+        if reason is not None:
+            return f"{head}: {reason}"
+        return f"{head}; fix: relax the pins or change --global-batch to a multiple of the DP degrees"
     assert result.best_infeasible is not None
     row, peak = result.best_infeasible
     layout = row_to_layout(row, None)
@@ -229,11 +173,13 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
     )
 
 
-def search(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, **pins: Any) -> list[Plan]:
+def search(model: ModelSpec, cluster: Any, workload: Workload | None = None, top: int = 1, **pins: Any) -> list[Plan]:
     """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`).
 
     `schedule`, `recompute` and `zero` also take a tuple of allowed values, to search only what a framework
-    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`)."""
+    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`). `framework` names whose rules
+    apply besides the generic ones (default "meshplan": what `meshplan run` runs; None: the cost model's
+    what-ifs only). No workload: the model's default one (`Workload.for_model`)."""
     ctx, result = search_result(model, cluster, workload, top=top, **pins)
     return plans_from_result(ctx, result, pins)
 
@@ -248,7 +194,7 @@ def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, An
     plans = []
     typed = needs_typed_costing(ctx)
     for i in range(n):
-        row = {k: int(v[i]) for k, v in result.table.items()}
+        row = row_at(result.table, i)
         rank_layers = _mean_rank_layers(ctx, row)
         notes: tuple[str, ...] = ()
         used = row["dp"] * row["tp"] * row["pp"] * row["cp"]
@@ -265,8 +211,7 @@ def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, An
 
 def _mean_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
     """The optimal split of the compact evaluation (mean layer, slowest GPU), as layers per pipeline rank."""
-    table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
-    res = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
+    res = evaluate_table(ctx, table_of(row), AxisBandwidth(ctx.topology))
     assert res.split is not None
     return res.split.counts(0, row["pp"])
 
@@ -278,15 +223,17 @@ def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
     return refine(ctx, row, mean).rank_layers if needs_typed_costing(ctx) and row["pp"] > 1 else mean
 
 
-def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout, *, allow_oom: bool = False,
-             **options: Any) -> Plan:
-    """The prediction for exactly this layout; raises UserError if it is invalid or (unless allow_oom) does not fit."""
-    check_against_model(layout, model, workload, int(cluster.num_gpus))
+def evaluate(model: ModelSpec, cluster: Any, workload: Workload | None, layout: Layout, *, allow_oom: bool = False,
+             framework: str | None = DEFAULT_FRAMEWORK, **options: Any) -> Plan:
+    """The prediction for exactly this layout; raises UserError if it breaks a rule of `framework`'s (see
+    `search`) or (unless allow_oom) does not fit. No workload: the model's default one."""
+    workload = workload if workload is not None else Workload.for_model(model)
+    rules.check(layout, model, workload, int(cluster.num_gpus), framework=framework)
     ctx = make_context(model, cluster, workload, **options)
-    row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
+    row = row_at(layout_to_row(layout), 0)
     refined = None
     if layout.layer_partition is not None or layout.pp == 1:
-        rank_layers = _rank_layers_from_partition(layout, model.num_layers)
+        rank_layers = rank_layers_of(layout.partition(model.num_layers), layout.pp)
     elif needs_typed_costing(ctx):
         refined = refine(ctx, row, _mean_rank_layers(ctx, row))
         rank_layers = refined.rank_layers

@@ -17,6 +17,7 @@ directly (every distinct order of the axes larger than 1).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,12 +25,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner import api
 from planner.cost.comm import AxisBandwidth
-from planner.cost.evaluate import COLUMNS, MESH_ORDERS, SCHEDULES, evaluate_table
-from planner.layout import Layout
+from planner.cost.context import make_context
+from planner.cost.evaluate import evaluate_table
+from planner.cost.layout_cost import rank_layers_of
+from planner.layout import Layout, choices, rules
+from planner.layout.rules import DEFAULT_FRAMEWORK, Facts
+from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
+from planner.layout.table import COLUMNS, MESH_ORDERS, layout_to_row, row_at
 from planner.plan import Plan
 from planner.render import BREAKDOWN_TERMS
 from planner.solver.exact import exact_search
-from planner.solver.space import PIN_FIELDS, Pins, SearchLimits, divisors
+from planner.solver.space import (
+    PIN_FIELDS,
+    Pins,
+    SearchLimits,
+    divisors,
+    micro_batch_pairs,
+    shape_candidates,
+    space_of,
+)
 
 GiB = 2**30
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "schedule", "virtual_stages", "zero", "dp_shard",
@@ -104,7 +118,7 @@ def _text(value: Any) -> str:
 
 
 def _row(plan: Plan) -> dict[str, int]:
-    return {k: int(v[0]) for k, v in api.layout_to_row(plan.layout).items()}
+    return row_at(layout_to_row(plan.layout), 0)
 
 
 def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
@@ -117,13 +131,13 @@ def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
 
     cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
     model, workload = plan.inputs.model, plan.inputs.workload
-    api.check_against_model(plan.layout, model, workload, int(cluster.num_gpus))  # a hand-edited plan may not be valid
-    rank_layers = api._rank_layers_from_partition(plan.layout, model.num_layers)
+    rules.check(plan.layout, model, workload, int(cluster.num_gpus), framework=None)  # a hand-edited plan may not be valid
+    rank_layers = rank_layers_of(plan.layout.partition(model.num_layers), plan.layout.pp)
     first = None
     # The workload records the FlashAttention setting the plan was costed with; plans written before it did
     # are reproduced with either setting.
     for flash in (workload.flash_attention, not workload.flash_attention):
-        ctx = api.make_context(model, cluster, workload, flash_attention=flash)
+        ctx = make_context(model, cluster, workload, flash_attention=flash)
         again = api.build_plan(ctx, _row(plan), rank_layers, proven=plan.proven_optimal,
                                chunks=plan.layout.layer_partition)
         first = first or (ctx, again)
@@ -132,42 +146,48 @@ def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
     return first
 
 
+SHAPE_KNOBS = ("tp", "cp", "pp", "dp", "ep")  # in `space.shape_candidates` order
+
+
+def _fixed(knob: str, lay: Layout) -> dict[str, Any]:
+    """The plan's knobs that stay pinned while `knob` changes (all but `knob` and those in `COVARY[knob]`)."""
+    return {f: getattr(lay, f) for f in PIN_FIELDS if f != knob and f not in COVARY.get(knob, ())}
+
+
 def _candidates(knob: str, lay: Layout, ctx: Any, limits: SearchLimits) -> list[Any]:
-    """Other values of `knob` that can be valid with the plan's other knobs (cheap necessary conditions)."""
-    m, w = ctx.model, ctx.workload
-    n = int(ctx.cluster.num_gpus)
-    cur = getattr(lay, knob)
-    if knob == "tp":
-        vals = [t for t in divisors(m.num_heads) if m.ffn_hidden_size % t == 0
-                and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0) and t * lay.pp * lay.cp <= n]
-    elif knob == "pp":
-        vals = list(range(1, min(m.num_layers, n // (lay.tp * lay.cp)) + 1))
-    elif knob == "cp":
-        vals = [c for c in range(1, limits.max_cp + 1) if (c == 1 or w.seq_len % (2 * c) == 0) and lay.tp * lay.pp * c <= n]
-    elif knob == "dp":
-        vals = [d for d in divisors(w.batch) if d * lay.tp * lay.cp <= n]
-    elif knob == "ep":
-        vals = divisors(m.moe.num_experts) if m.moe else []
+    """Other values of `knob` that can be valid with the plan's other knobs: the values the search's own
+    generators (`planner.layout.choices`, `solver.space`) produce with those knobs pinned, dominated options
+    included."""
+    fixed = _fixed(knob, lay)
+    space = space_of(ctx, Pins(fixed), replace(limits, prune_dominated=False))
+    facts, framework = space.facts, space.framework
+    if knob in SHAPE_KNOBS:
+        vals = sorted(set(shape_candidates(space)[SHAPE_KNOBS.index(knob)].tolist()))
     elif knob == "micro_batch":
-        vals = [b for b in divisors(w.batch // lay.dp) if b <= limits.max_micro_batch]
-    elif knob == "schedule":
-        vals = list(SCHEDULES) if lay.pp > 1 else []
-    elif knob == "virtual_stages":
-        vals = [v for v in range(2, limits.max_virtual_stages + 1) if lay.pp * v <= m.num_layers] if lay.schedule == "interleaved" else []
+        vals = sorted(set(micro_batch_pairs(space, shape_candidates(space))[1].tolist()))
+    elif knob in ("schedule", "virtual_stages"):
+        opts = choices.schedule_options(np.array([lay.pp]), np.array([lay.num_microbatches]), facts, fixed, framework,
+                                        limits.max_virtual_stages, False)[0] if lay.pp > 1 else []
+        if knob == "schedule":
+            names = {BY_CODE[code].name for code, _ in opts}
+            vals = [n for n in SCHEDULE_NAMES if n in names]
+        else:
+            vals = sorted({v for _, v in opts if v > 1})
     elif knob == "zero":
-        vals = [0, 1, 2, 3] if lay.dp > 1 else []
+        opts = choices.zero_options(np.array([lay.dp]), np.array([min(lay.pp, 2)]), facts, fixed, framework, False)[0]
+        vals = sorted({z for z, _ in opts}) if lay.dp > 1 else []
     elif knob == "dp_shard":
-        vals = divisors(lay.dp) if lay.zero > 0 and lay.dp > 1 else []
+        vals = choices.values("dp_shard", divisors(lay.dp), facts, fixed, framework) if lay.zero > 0 and lay.dp > 1 else []
     elif knob == "recompute":
-        vals = ["none", "selective", "full"]
+        vals = [r for r in ("none", "selective", "full") if choices.allowed(fixed, "recompute", r)]
     elif knob == "sequence_parallel":
-        vals = [False, True] if lay.tp > 1 else []
+        vals = [bool(x) for x in choices.values("sp", (0, 1), facts, fixed, framework)] if lay.tp > 1 else []
     else:
         raise ValueError(f"unknown knob {knob!r}")
-    return [v for v in vals if v != cur]
+    return [v for v in vals if v != getattr(lay, knob)]
 
 
-def _neighbour(lay: Layout, knob: str, value: Any, ctx: Any) -> Layout | None:
+def _neighbour(lay: Layout, knob: str, value: Any, ctx: Any, framework: str | None) -> Layout | None:
     """The plan with only `knob` changed plus the adjustments it forces (None when that is invalid)."""
     upd: dict[str, Any] = {knob: value, "layer_partition": None}
     if knob in ("tp", "pp", "cp"):
@@ -193,14 +213,14 @@ def _neighbour(lay: Layout, knob: str, value: Any, ctx: Any) -> Layout | None:
         upd.update(schedule="1f1b", virtual_stages=1)
     try:
         new = Layout(**{**lay.model_dump(), **upd})
-        api.check_against_model(new, ctx.model, ctx.workload, int(ctx.cluster.num_gpus))
+        rules.check(new, ctx.model, ctx.workload, int(ctx.cluster.num_gpus), framework=framework)
     except ValueError:
         return None
     return new
 
 
 def _cost_rows(ctx: Any, layouts: list[Layout]) -> Any:
-    table = {k: np.concatenate([api.layout_to_row(x)[k] for x in layouts]) for k in COLUMNS}
+    table = {k: np.concatenate([layout_to_row(x)[k] for x in layouts]) for k in COLUMNS}
     return table, evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
 
 
@@ -302,11 +322,11 @@ def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobE
             return KnobExplanation(knob=knob, plan_value=_text(getattr(lay, knob)), tried=(), verdict=why)
     best: tuple[float, dict[str, int]] | None = None
     least: tuple[float, dict[str, int]] | None = None
-    fixed = {f: getattr(lay, f) for f in PIN_FIELDS if f != knob and f not in COVARY[knob]}
+    fixed = _fixed(knob, lay)
     for value in values:
         res = exact_search(ctx, Pins({**fixed, knob: value}), limits, top=1)
         if len(res.step_time_s) and (best is None or res.step_time_s[0] < best[0]):
-            best = (float(res.step_time_s[0]), {k: int(v[0]) for k, v in res.table.items()})
+            best = (float(res.step_time_s[0]), row_at(res.table, 0))
         if res.best_infeasible and (least is None or res.best_infeasible[1] < least[0]):
             least = (res.best_infeasible[1], res.best_infeasible[0])
     alt = _full_plan(ctx, best[1]) if best else None
@@ -315,15 +335,15 @@ def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobE
     if alt is None and least is not None:
         oom = _full_plan(ctx, least[1])
         no_fit = f"does not fit (least memory: {knob}={_text(getattr(oom.layout, knob))}, {_worst_stage(oom)})"
-    blocked = _blocked(knob, values, base, ctx)
+    blocked = _blocked(knob, values, base, ctx, limits.framework)
     return KnobExplanation(knob=knob, plan_value=_text(getattr(lay, knob)), tried=tuple(_text(v) for v in values),
                            runner_up=ru, no_fit=no_fit, blocked_by_memory=blocked,
                            verdict=_verdict(knob, base, alt, ru, no_fit, blocked, lone=len(values) == 1))
 
 
-def _blocked(knob: str, values: list[Any], base: Plan, ctx: Any) -> str | None:
+def _blocked(knob: str, values: list[Any], base: Plan, ctx: Any, framework: str | None) -> str | None:
     """The fastest direct neighbour that beats the plan but does not fit, as a sentence (or None)."""
-    cands = [x for x in (_neighbour(base.layout, knob, v, ctx) for v in values) if x is not None]
+    cands = [x for x in (_neighbour(base.layout, knob, v, ctx, framework) for v in values) if x is not None]
     if not cands:
         return None
     table, res = _cost_rows(ctx, cands)
@@ -331,7 +351,7 @@ def _blocked(knob: str, values: list[Any], base: Plan, ctx: Any) -> str | None:
     if not len(faster):
         return None
     i = int(faster[np.argmin(res.step_time_s[faster])])
-    oom = _full_plan(ctx, {k: int(v[i]) for k, v in table.items()})
+    oom = _full_plan(ctx, row_at(table, i))
     pct = 100 * (1 - oom.prediction.step_time_s / base.prediction.step_time_s)
     return f"{knob}={_text(getattr(cands[i], knob))} would be {_pct(pct)} % faster but does not fit: {_worst_stage(oom)}"
 
@@ -353,7 +373,7 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
                                verdict="only one axis is larger than 1: the order does not matter")
     table, res = _cost_rows(ctx, cands)
     i = int(np.argmin(np.where(res.fits, res.step_time_s, np.inf)))
-    alt = _full_plan(ctx, {k: int(v[i]) for k, v in table.items()})
+    alt = _full_plan(ctx, row_at(table, i))
     ru = _alternative("mesh_axes", base, alt)
     verdict = _verdict("mesh order", base, alt, ru, None, None)
     return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=tuple(_text(c.mesh_axes) for c in cands),
@@ -361,12 +381,14 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
 
 
 def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS) -> Explanation:
-    """Why `plan` wins, knob by knob (see module docstring)."""
+    """Why `plan` wins, knob by knob (see module docstring). Alternatives meet the rules of `meshplan run`
+    (`planner.layout.rules`, framework "meshplan") when the plan does, else only the generic rules."""
     ctx, base = context_for_plan(plan)
     lay = base.layout
     n = int(ctx.cluster.num_gpus)
+    runs = not rules.violations(lay, Facts.of(ctx.model, ctx.workload, n), DEFAULT_FRAMEWORK)
     limits = SearchLimits(max_tp=n, max_cp=max(16, lay.cp), max_micro_batch=max(64, lay.micro_batch),
-                          max_virtual_stages=max(8, lay.virtual_stages))
+                          max_virtual_stages=max(8, lay.virtual_stages), framework=DEFAULT_FRAMEWORK if runs else None)
     items = tuple(explain_knob(k, base, ctx, limits) for k in knobs if k != "ep" or ctx.model.moe is not None)
     return Explanation(layout=plan.layout, step_time_s=base.prediction.step_time_s,
                        stored_step_time_s=plan.prediction.step_time_s, flash_attention=bool(ctx.flash_attention),

@@ -16,9 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import UserError, format_validation_error
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import ModelSpec
-from planner.workload import Workload
 
 SCHEMA_VERSION = 1
 """Bump on any incompatible change to the Plan JSON; readers refuse newer versions with a clear message."""

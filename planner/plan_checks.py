@@ -9,8 +9,9 @@ world size), or edited by hand after planning, looks like:
 - the layout's ranks (dp*tp*pp*cp) fit on that cluster, and `prediction.idle_gpus` is the rest of it;
 - `placement` lists ranks 0..W-1 in order, each on a distinct (host, GPU) of the cluster;
 - one `prediction.memory_per_stage` entry per pipeline rank;
-- the layout is valid for the embedded model and workload (`check_against_model`: heads % tp, global
-  batch = dp x micro_batch x num_microbatches, ...; also what `planner.api.evaluate` checks).
+- the layout meets the rule set (`planner.layout.rules`, the generic rules: a plan may be made for any
+  framework) for the embedded model, workload and cluster: heads % tp, global batch = dp x micro_batch x
+  num_microbatches, ... The executor adds its own framework's rules (`executor.train.check_plan`).
 
 Light on purpose: `Plan.load` runs in every executor rank, so this module imports no solver or cost model.
 
@@ -24,12 +25,10 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from planner.errors import UserError
+from planner.layout import rules
 
 if TYPE_CHECKING:
-    from planner.layout import Layout
-    from planner.model import ModelSpec
     from planner.plan import Plan
-    from planner.workload import Workload
 
 REPLAN = "re-plan for this cluster (`meshplan plan`, or `meshplan replan PLAN.json --gpus N`)"
 
@@ -77,36 +76,7 @@ def check_plan_file(plan: Plan, where: str) -> None:
         raise UserError(f"{stages} entries for pp={lay.pp} pipeline ranks", where=f"{where}: prediction.memory_per_stage",
                         fix="regenerate the plan (`meshplan evaluate` with its layout)")
     try:
-        check_against_model(lay, plan.inputs.model, plan.inputs.workload, gpus)
+        rules.check(lay, plan.inputs.model, plan.inputs.workload, gpus, framework=None)
     except UserError as exc:
         raise UserError(str(exc), where=f"{where}: layout vs inputs.model/inputs.workload",
                         fix="re-plan (`meshplan evaluate` or `meshplan plan`) for this model and workload") from None
-
-
-def check_against_model(layout: Layout, model: ModelSpec, workload: Workload, num_gpus: int) -> None:
-    """Model- and cluster-dependent validity; raises UserError naming the knob and the fix."""
-    problems = []
-    if layout.world_size > num_gpus:
-        problems.append(f"dp*tp*pp*cp={layout.world_size} exceeds the cluster's {num_gpus} GPUs")
-    if model.num_heads % layout.tp:
-        problems.append(f"num_heads={model.num_heads} is not divisible by tp={layout.tp}")
-    if model.num_kv_heads % layout.tp and layout.tp % model.num_kv_heads:
-        problems.append(f"num_kv_heads={model.num_kv_heads} neither divides nor is divisible by tp={layout.tp}")
-    if model.ffn_hidden_size % layout.tp:
-        problems.append(f"ffn_hidden_size={model.ffn_hidden_size} is not divisible by tp={layout.tp}")
-    if layout.cp > 1 and workload.seq_len % (2 * layout.cp):
-        problems.append(f"seq_len={workload.seq_len} is not divisible by 2*cp={2 * layout.cp}")
-    if layout.num_chunks > model.num_layers:
-        problems.append(f"pp*virtual_stages={layout.num_chunks} exceeds num_layers={model.num_layers}")
-    experts = model.moe.num_experts if model.moe else 1
-    if experts % layout.ep:
-        problems.append(f"num_experts={experts} is not divisible by ep={layout.ep}")
-    if layout.global_batch != workload.batch:
-        problems.append(
-            f"dp*micro_batch*num_microbatches={layout.dp}*{layout.micro_batch}*{layout.num_microbatches}="
-            f"{layout.global_batch} != global batch {workload.batch}"
-        )
-    if layout.layer_partition is not None and sum(layout.layer_partition) != model.num_layers:
-        problems.append(f"layer_partition sums to {sum(layout.layer_partition)}, model has {model.num_layers} layers")
-    if problems:
-        raise UserError("invalid layout: " + "; ".join(problems))

@@ -38,9 +38,9 @@ from planner.errors import InfeasibleError, UserError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from planner.layout import Workload
     from planner.model import ModelSpec
     from planner.plan import Plan
-    from planner.workload import Workload
 
 GiB = 2**30
 INPUT_COLUMNS = ("model", "cluster", "gpu", "nodes", "gpus", "global_batch", "global_batch_tokens", "seq_len")
@@ -99,7 +99,7 @@ def sweep(
     gpus: int | Sequence[int] | None = None,
     global_batch: int | Sequence[int] | None = None,
     global_batch_tokens: int | Sequence[int] | None = None,
-    seq_len: int | Sequence[int] = 8192,
+    seq_len: int | Sequence[int] | None = None,
     tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
     progress: Progress | None = None,
@@ -109,19 +109,18 @@ def sweep(
 
     `model`: preset names, model files or `ModelSpec`s; `cluster`: profile names, files or `Cluster`s; sizes
     by `nodes` or `gpus` (the profile's default size when neither is given); the batch by `global_batch`
-    (sequences) or `global_batch_tokens` (default 4 Mi tokens); `tokens`: a training budget for time,
+    (sequences) or `global_batch_tokens`, and `seq_len`, defaulting per model as in `meshplan plan`
+    (`Workload.for_model`: 512 sequences of 8192 tokens, capped at the model's context); `tokens`: a training budget for time,
     GPU-hours and cost; `price_per_gpu_hour`: your price (there is no built-in one); `pins` as in
     `planner.search` (`tp=8`, `recompute="full"`, ...) apply to every point. See the module docstring for
     the columns.
     """
     import hardware_profiles
+    from planner.layout import Workload
     from planner.model import ModelSpec, load_model
-    from planner.workload import Workload
 
     if nodes is not None and gpus is not None:
         raise UserError("give nodes or gpus, not both", fix="drop one of them")
-    if global_batch is None and global_batch_tokens is None:
-        global_batch_tokens = 4 * 2**20
     sizes = ([("nodes", n) for n in as_list(nodes, "nodes")] if gpus is None
              else [("gpus", g) for g in as_list(gpus, "gpus")])
     loaded: dict[tuple, Any] = {}  # each model and cluster size resolved once
@@ -132,13 +131,13 @@ def sweep(
         return loaded[key]
 
     def point(m: Any, c: Any, size: tuple[str, int | None], batch: int | None, batch_tokens: int | None,
-              seq: int) -> Point:
+              seq: int | None) -> Point:
         labels = {"model": getattr(m, "name", m), "cluster": getattr(c, "name", c), size[0]: size[1],
                   "global_batch": batch, "global_batch_tokens": batch_tokens, "seq_len": seq}
         try:
             spec = m if isinstance(m, ModelSpec) else once(("model", m), lambda: load_model(m))
             resolved = once(("cluster", id(c), size), lambda: hardware_profiles.cluster(c, **{size[0]: size[1]}))
-            workload = Workload(global_batch=batch, global_batch_tokens=batch_tokens, seq_len=seq)
+            workload = Workload.for_model(spec, global_batch=batch, global_batch_tokens=batch_tokens, seq_len=seq)
         except (UserError, hardware_profiles.ProfileError, ValueError) as exc:
             return Point(labels, error=reason(exc))
         return Point(labels, spec, resolved, workload)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost import comm, compute
+from planner.layout import Workload
 from planner.model import ModelSpec
-from planner.workload import Workload
 
 
 @dataclass(frozen=True)

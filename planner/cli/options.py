@@ -2,8 +2,9 @@
 
 `plan`, `evaluate` and `compare` take the same inputs and pins. Rather than repeating ~25 typer parameters
 in each command, `use_options(INPUTS, PINS)` appends them to the command's signature and hands the command
-two dicts (`inputs`, `pins`); `resolve_inputs` and `layout_from_pins` turn those into planner objects. All
-defaults live here (the built-in example: llama3-70b on 8 x DGX H100, 4 Mi tokens of 8192 per step).
+two dicts (`inputs`, `pins`); `resolve_inputs` and `layout_from_pins` turn those into planner objects. The
+built-in example (llama3-70b on 8 x DGX H100) lives here; workload defaults adapt to the model
+(`Workload.for_model`: 512 sequences of 8192 tokens for it, the same numbers as the API and `meshplan run`).
 
 Every failure is a `UserError` naming the flag, the bad value and the fix.
 """
@@ -20,17 +21,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from planner.errors import UserError
+from planner.layout.names import (
+    DEFAULT_GLOBAL_BATCH_SEQS,
+    DEFAULT_MESH_AXES,
+    DEFAULT_SEQ_LEN,
+    RECOMPUTE_NAMES,
+)
+from planner.layout.schedules import SCHEDULE_NAMES, SCHEDULES
 
 if TYPE_CHECKING:
-    from planner.layout import Layout
+    from planner.layout import Layout, Workload
     from planner.model import ModelSpec
-    from planner.workload import Workload
 
 DEFAULT_MODEL = "llama3-70b"
 DEFAULT_CLUSTER = "dgx-h100"
 DEFAULT_NODES = 8
-DEFAULT_GLOBAL_BATCH_TOKENS = 4_194_304  # 4 Mi tokens: 512 sequences of 8192 (Llama 3 405B's first stage)
-DEFAULT_SEQ_LEN = 8192
 
 FLAG_OF = {
     "dp": "--dp", "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "micro_batch": "--micro-batch",
@@ -41,11 +46,8 @@ FLAG_OF = {
 }
 
 
-class ScheduleChoice(str, Enum):
-    gpipe = "gpipe"
-    one_f_one_b = "1f1b"
-    interleaved = "interleaved"
-    zb_h1 = "zb-h1"
+ScheduleChoice = Enum("ScheduleChoice", [(name, name) for name in SCHEDULE_NAMES], type=str)
+"""--schedule values: the schedule registry's names (planner.layout.schedules)."""
 
 
 class RuntimeChoice(str, Enum):
@@ -53,10 +55,8 @@ class RuntimeChoice(str, Enum):
     megatron = "megatron"
 
 
-class RecomputeChoice(str, Enum):
-    none = "none"
-    selective = "selective"
-    full = "full"
+RecomputeChoice = Enum("RecomputeChoice", [(name, name) for name in RECOMPUTE_NAMES], type=str)
+"""--recompute values (planner.layout.table.RecomputeCode)."""
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,10 @@ INPUTS = OptionGroup("inputs", (
     _opt("gpus", int, "--gpus", "GPUs in all (instead of --nodes), on as few hosts as possible.", _IN),
     _opt("global_batch", int, "--global-batch", "Sequences per optimizer step.", _IN, metavar="SEQS"),
     _opt("global_batch_tokens", int, "--global-batch-tokens",
-         f"Tokens per optimizer step (a multiple of --seq-len). (default: {DEFAULT_GLOBAL_BATCH_TOKENS} unless "
-         "--global-batch is given)", _IN, metavar="TOKENS"),
-    _opt("seq_len", int, "--seq-len", f"Tokens per sequence. (default: {DEFAULT_SEQ_LEN})", _IN),
+         f"Tokens per optimizer step (a multiple of --seq-len). (default unless --global-batch is given: "
+         f"{DEFAULT_GLOBAL_BATCH_SEQS} sequences of the model's default length)", _IN, metavar="TOKENS"),
+    _opt("seq_len", int, "--seq-len",
+         f"Tokens per sequence. (default: {DEFAULT_SEQ_LEN}, or the model's max_seq_len if smaller)", _IN),
     _opt("no_flash_attention", bool, "--no-flash-attention",
          "Cost attention without FlashAttention (scores stored; selective recompute helps).", _IN, default=False),
     _opt("no_dp_overlap", bool, "--no-dp-overlap",
@@ -183,8 +184,8 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     from pydantic import ValidationError
 
     import hardware_profiles
+    from planner.layout import Workload
     from planner.model import load_model
-    from planner.workload import Workload
 
     model = load_model(raw.get("model") or DEFAULT_MODEL)
     name = raw.get("cluster") or DEFAULT_CLUSTER
@@ -197,15 +198,12 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
         cluster = hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
     except hardware_profiles.ProfileError as exc:
         raise UserError(f"--cluster {name}: {exc}") from None
-    batch, tokens = raw.get("global_batch"), raw.get("global_batch_tokens")
-    seq_len = raw.get("seq_len") or DEFAULT_SEQ_LEN
-    if batch is None and tokens is None:
-        tokens = DEFAULT_GLOBAL_BATCH_TOKENS
     try:
         runtime = raw.get("runtime")
-        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len,
-                            overlap_dp_comm=not raw.get("no_dp_overlap"),
-                            runtime=getattr(runtime, "value", runtime) or "pytorch")
+        workload = Workload.for_model(model, global_batch=raw.get("global_batch"),
+                                      global_batch_tokens=raw.get("global_batch_tokens"), seq_len=raw.get("seq_len"),
+                                      overlap_dp_comm=not raw.get("no_dp_overlap"),
+                                      runtime=getattr(runtime, "value", runtime) or "pytorch")
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
@@ -231,8 +229,6 @@ def _flag_message(err: dict[str, Any]) -> str:
 # Pins and layouts ---------------------------------------------------------------------------------
 def parse_mesh_axes(text: str, flag: str = "--mesh-axes") -> tuple[str, ...]:
     """'pp,dp_replicate,dp_shard,cp,tp' (commas, slashes or colons) -> a permutation of the five axes."""
-    from planner.layout import DEFAULT_MESH_AXES
-
     axes = tuple(a.strip() for a in text.replace("/", ",").replace(":", ",").split(",") if a.strip())
     if sorted(axes) != sorted(DEFAULT_MESH_AXES):
         raise UserError(f"{flag}={text!r} is not an order of the five mesh axes",
@@ -306,7 +302,7 @@ def layout_from_pins(values: dict[str, Any], inputs: Inputs) -> Layout:
     - dp fills the cluster: GPUs / (tp * pp * cp);
     - num_microbatches = global batch / (dp * micro_batch);
     - dp_shard = dp when zero >= 1 (plain ZeRO / FSDP over all of DP; pin --dp-shard for HSDP);
-    - virtual_stages = 2 with the interleaved schedule.
+    - virtual_stages = 2 with a schedule that interleaves virtual stages.
     Everything else: micro_batch 1, schedule 1f1b, zero 0, recompute none, no sequence parallelism (pin
     --sequence-parallel: the search always turns it on with tp > 1), the default mesh axis order.
     """
@@ -332,7 +328,7 @@ def layout_from_pins(values: dict[str, Any], inputs: Inputs) -> Layout:
         v["num_microbatches"] = batch // per
     if v.get("zero", 0) > 0 and "dp_shard" not in v:
         v["dp_shard"] = v["dp"]
-    if v.get("schedule") == "interleaved" and "virtual_stages" not in v:
+    if v.get("schedule") in SCHEDULES and SCHEDULES[v["schedule"]].virtual_stages and "virtual_stages" not in v:
         v["virtual_stages"] = 2
     try:
         return Layout(**v)

@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 
 DEFAULT_RANKS = 4
 """Gloo ranks of the no-argument run: 4 processes exercise 2-D layouts and finish in seconds on 2 cores."""
-DEFAULT_WORKLOAD = {"global_batch": 8, "seq_len": 64, "dtype": "fp32"}
-"""Workload of the no-argument run: the tiny model's full context, fp32 as the executor runs on CPU."""
+DEFAULT_MODEL = "tiny"
+"""Model of the no-argument run; its workload is the model's default one (`Workload.for_model`), as in
+`meshplan plan`: 512 sequences of its full 64-token context."""
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -58,10 +59,11 @@ def _default_plan(nproc: int):
     """The best plan for the tiny model on `nproc` local gloo ranks (the lead's planner.search)."""
     import hardware_profiles as hp
     from planner import search
+    from planner.layout import Workload
     from planner.model import preset
-    from planner.workload import Workload
 
-    plans = search(preset("tiny"), hp.cluster("local-cpu", gpus=nproc), Workload(**DEFAULT_WORKLOAD), top=1)
+    model = preset(DEFAULT_MODEL)
+    plans = search(model, hp.cluster("local-cpu", gpus=nproc), Workload.for_model(model), top=1)
     return plans[0]
 
 

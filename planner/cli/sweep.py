@@ -120,9 +120,9 @@ def sweep_command(
                                      + _LIST_HELP.format("512,1024")),
     global_batch_tokens: str = typer.Option(None, "--global-batch-tokens", metavar="TOKENS,...",
                                             help="Tokens per step. " + _LIST_HELP.format("4194304,16777216")
-                                            + " (default: 4194304 unless --global-batch is given)"),
+                                            + " (default unless --global-batch is given: 512 sequences of the model's default length)"),
     seq_len: str = typer.Option(None, "--seq-len", metavar="N,...", help="Tokens per sequence. "
-                                + _LIST_HELP.format("4096,8192") + " (default: 8192)"),
+                                + _LIST_HELP.format("4096,8192") + " (default: 8192, or the model's max_seq_len if smaller)"),
     tokens: float = typer.Option(None, "--tokens", metavar="TOKENS",
                                  help="Training budget in tokens (e.g. 15e12): adds time to train and GPU-hours."),
     price: float = typer.Option(None, "--price-per-gpu-hour", metavar="PRICE",

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
+from planner.layout import Workload, rules
 from planner.model import ModelSpec
-from planner.workload import Workload
 
 # Mixed-precision Adam bytes per parameter (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 and Fig. 1):
 # 2 (bf16/fp16 weights) + 2 (16-bit gradients) + K=12 (fp32 master weights, momentum, variance).
@@ -218,3 +218,28 @@ class CostContext:
 
     def layer_type_counts(self) -> np.ndarray:
         return np.array([lt.count for lt in self.layer_types])
+
+
+_TOPOLOGIES: dict[str, Any] = {}
+
+
+def cached_topology(cluster: Any) -> Any:
+    """Topology of a cluster, built once per cluster fingerprint (large clusters take a moment to build)."""
+    from planner.topology import Topology
+
+    key = cluster.fingerprint() if hasattr(cluster, "fingerprint") else str(id(cluster))
+    topo = _TOPOLOGIES.get(key)
+    if topo is None:
+        if len(_TOPOLOGIES) >= 8:
+            _TOPOLOGIES.pop(next(iter(_TOPOLOGIES)))
+        topo = _TOPOLOGIES[key] = Topology(cluster)
+    return topo
+
+
+def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
+    """The cost context; a `flash_attention` option is folded into the workload so plans record it."""
+    if options.get("flash_attention") is not None:
+        workload = workload.model_copy(update={"flash_attention": bool(options.pop("flash_attention"))})
+    options.pop("flash_attention", None)
+    rules.check_inputs(model, workload)
+    return CostContext(model=model, cluster=cluster, workload=workload, topology=cached_topology(cluster), **options)

@@ -53,25 +53,20 @@ def apply(
     table: dict[str, np.ndarray],
     step_s: np.ndarray,
     microbatches: np.ndarray,
-    layer_compute_s: np.ndarray,
-    first_extra_s: np.ndarray,
-    last_extra_s: np.ndarray,
+    pipeline_compute_s: np.ndarray,
     pipeline_params: np.ndarray,
     exposed_wait_s: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(step, extra compute) after the host bound: `step_s` unchanged and 0 where devices do not share hosts.
-
-    `layer_compute_s` is u_comp (one mean layer's compute per micro-batch on one rank), `first_extra_s` and
-    `last_extra_s` the embedding / head work of the end ranks per micro-batch, `pipeline_params` the
-    parameters all pp ranks of one pipeline hold (each rank's local share, summed).
+    `pipeline_compute_s` is the compute of one micro-batch over all pp ranks of one pipeline (its layers plus
+    the embedding and head), `pipeline_params` the parameters those ranks hold (each rank's local share, summed).
     """
     if devices_at_full_speed(ctx) is None:
         return step_s, np.zeros_like(step_s)
     from planner.cost.comm import optimizer_step_s
 
     world = table["dp"] * table["tp"] * table["pp"] * table["cp"]
-    layers = float(ctx.model.num_layers)
-    work = microbatches * (layers * layer_compute_s + first_extra_s + last_extra_s)
+    work = microbatches * pipeline_compute_s
     work = work + optimizer_step_s(ctx, pipeline_params, table["zero"], table["dp_shard"])
     bound = host_bound_s(ctx, world, table["pp"], work, exposed_wait_s)
     new = np.maximum(step_s, bound)

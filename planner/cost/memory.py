@@ -7,7 +7,7 @@ Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision 
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
   embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank. ZeRO shards
   the experts' states over the dp_shard ranks outside the rank's EP group (EP borrows its ranks from the data
-  axes, TorchTitan-style: planner.expert_groups), every other state over dp_shard.
+  axes, TorchTitan-style: planner.layout.expert_groups), every other state over dp_shard.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022 Sec. 4, Table 2; 16-bit values, 1-byte
 dropout masks), generalised to GQA and gated MLPs; s = seq/cp, b = micro-batch, h hidden, f ffn, a heads,
@@ -22,9 +22,8 @@ g = kv_heads/heads:
   recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP).
   Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
   act_bytes/2 for fp32 runs.
-In-flight micro-batches per pipeline rank r of p (Narayanan et al. 2021 Sec. 2.2; Korthikanti 2022 Sec. 4.2.3):
-  GPipe m; 1F1B and ZB-H1 (Qi et al. 2023 Sec. 3) p - r; interleaved with v chunks
-  ((p - r - 1) * 2 + (v - 1) * p + 1) / v, which is p(1 + (p-1)/(pv)) for r = 0 as in Korthikanti.
+In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
+(planner/layout/schedules.py); `cost.assemble.rank_memory` multiplies them in.
 Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term).
 FSDP/ZeRO-3 keeps two gathered layers (current + prefetch) of 16-bit weights and their gradients as buffers.
 Reserve: 1 GiB for the CUDA context and NCCL buffers plus 5 % of capacity for allocator fragmentation
@@ -69,18 +68,6 @@ def activation_bytes_per_layer(
     return per_layer * (ctx.act_bytes / 2.0)
 
 
-def inflight_microbatches(schedule: np.ndarray, rank: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Micro-batches whose activations a pipeline rank holds at its peak (schedule codes: see evaluate.SCHEDULES)."""
-    p = pp.astype(float)
-    r = rank.astype(float)
-    vv = v.astype(float)
-    one_f1b = p - r
-    interleaved = ((p - r - 1) * 2 + (vv - 1) * p + 1) / vv
-    out = np.select([schedule == 0, schedule == 2], [m.astype(float), interleaved], one_f1b)
-    out = np.where(pp == 1, 1.0, out)
-    return np.minimum(out, m.astype(float))
-
-
 def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
     """The ZeRO stage whose memory a rank really has: under pipeline parallelism ZeRO-2 and ZeRO-3 hold
     weights and gradients like ZeRO-1. PyTorch's pipeline stages (torch.distributed.pipelining,
@@ -103,7 +90,7 @@ def model_state_bytes(
     """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU.
 
     `expert_params` of them are routed experts, whose states ZeRO shards over `expert_shard` ranks instead
-    of dp_shard: under expert parallelism, the dp_shard ranks outside the EP group (planner.expert_groups;
+    of dp_shard: under expert parallelism, the dp_shard ranks outside the EP group (planner.layout.expert_groups;
     the executor's expert mesh, executor.mesh). None: dp_shard, as for every other weight."""
     shard = dp_shard.astype(float)
     eshard = shard if expert_shard is None else np.asarray(expert_shard, dtype=float)

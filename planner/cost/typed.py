@@ -10,11 +10,11 @@ needs each (rank, type) priced on its own:
   dtype) and fits in its smallest memory.
 - Per (GPU kind, layer type) the per-micro-batch layer times come from `evaluate.layer_costs` on a context
   that holds only that GPU and that layer type; communication coefficients come from the topology as usual.
-- Step time and memory are assembled with the same formulas as `evaluate_table`'s explicit (rank_layers)
-  path, with sum_k n[r, k] * x[r, k] in place of n[r] * x for every per-layer quantity x; with one layer type
-  on one GPU kind the two are equal (tests/unit/test_partition_cpsat.py checks it). FSDP buffers hold two
-  layers of the largest type (the mean layer in `evaluate_table`); the host-sharing bound of CPU processes
-  (`cost.host_share`) gets the mean compute of the layers as placed.
+- Step time and memory are assembled by the one assembler (`cost.assemble`), with sum_k n[r, k] * x[r, k]
+  in place of n[r] * x for every per-layer quantity x; with one layer type on one GPU kind this equals the
+  rank-by-rank costing of `evaluate_table` (tests/unit/test_partition_cpsat.py checks it). FSDP buffers hold
+  two layers of the largest type (the mean layer in `evaluate_table`); each rank's optimizer step runs at its
+  GPU's memory bandwidth.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost import comm, host_share, memory
+from planner.cost import comm, memory
+from planner.cost.assemble import MEMORY_PARTS, RankWork, TableResult, assemble, rank_memory
 from planner.cost.context import CostContext
-from planner.cost.evaluate import COLUMNS, MESH_ORDERS, TableResult, expert_shard, layer_costs
+from planner.cost.evaluate import expert_shard, layer_costs
+from planner.layout.table import MESH_ORDERS, axis_sizes, table_of
 
 
 def needs_typed_costing(ctx: CostContext) -> bool:
@@ -50,8 +52,7 @@ def context_on(ctx: CostContext, gpu: Any, layer_type: Any | None = None) -> Cos
 
 def stage_gpus(ctx: CostContext, row: dict[str, int]) -> list[Any]:
     """GPU profile each pipeline rank runs at: the slowest GPU among the stage's ranks."""
-    sizes = {"pp": row["pp"], "dp_replicate": row["dp"] // row["dp_shard"], "dp_shard": row["dp_shard"],
-             "cp": row["cp"], "tp": row["tp"]}
+    sizes = axis_sizes(row)
     order = MESH_ORDERS[row["order"]]
     ranks = np.arange(int(np.prod([sizes[a] for a in order]))).reshape([sizes[a] for a in order])
     by_stage = np.moveaxis(ranks, order.index("pp"), 0).reshape(row["pp"], -1)
@@ -95,14 +96,14 @@ class RankCosts:
 
 def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) -> RankCosts:
     """Price every (pipeline rank, layer type) of the layout `row` (see the module docstring)."""
-    table = {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
+    table = table_of(row)
     gpus = stage_gpus(ctx, row)
     by_name = {g.name: g for g in gpus}
     per_gpu = {name: [layer_costs(context_on(ctx, g, lt), table, bw) for lt in ctx.layer_types]
                for name, g in by_name.items()}
     ctxs = {name: context_on(ctx, g) for name, g in by_name.items()}
     p, K = row["pp"], len(ctx.layer_types)
-    tp, ep, zero, shard = row["tp"], row["ep"], table["zero"], table["dp_shard"]
+    tp, ep, zero = row["tp"], row["ep"], table["zero"]
 
     def grid(attr: str) -> np.ndarray:
         return np.array([[float(getattr(lc, attr)[0]) for lc in per_gpu[g.name]] for g in gpus]).reshape(p, K)
@@ -117,23 +118,24 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     eshard = expert_shard(table)
     extra_params = first * ctx.embedding_params / tp + last * ctx.head_params / tp
     rank_ctx = [ctxs[g.name] for g in gpus]
-    sched, v, m, mb, cp, rc = (table[k] for k in ("sched", "v", "m", "mb", "cp", "rc"))
     sp = table["sp"].astype(bool)
     layer_mem = np.zeros((p, K))
     fixed = np.zeros(p)
     cap = np.zeros(p)
     for r, c in enumerate(rank_ctx):
-        infl = float(memory.inflight_microbatches(sched, np.array([r]), table["pp"], v, m)[0])
-        act = float(memory.activation_bytes_per_layer(c, mb, table["tp"], cp, sp, rc)[0])
-        states = np.array([sum(x[0] for x in memory.model_state_bytes(c, np.array([lp]), zero, shard, table["pp"],
-                                                                      np.array([le]), eshard))
-                           for lp, le in zip(layer_params, layer_experts, strict=True)])
-        layer_mem[r] = states + act * infl
-        extra_states = sum(float(x[0]) for x in memory.model_state_bytes(c, np.array([extra_params[r]]), zero, shard,
-                                                                         table["pp"]))
-        logits = float(memory.logits_bytes(c, mb, table["tp"], cp)[0]) if last[r] else 0.0
-        buf = float(memory.fsdp_buffer_bytes(c, np.array([layer_params.max()]), zero, table["pp"])[0])
-        fixed[r] = extra_states + logits + buf + memory.reserve_bytes(c)
+        # Memory is linear in the layers a rank holds (`assemble.rank_memory`): its value with no layer and
+        # the embedding/head, and what one layer of each type adds, are the CP-SAT model's coefficients.
+        act = memory.activation_bytes_per_layer(c, table["mb"], table["tp"], table["cp"], sp, table["rc"])
+        buf = memory.fsdp_buffer_bytes(c, np.array([layer_params.max()]), zero, table["pp"])
+
+        def total(params: float, layers: float, experts: float, _c=c, _r=r, _act=act, _buf=buf) -> float:
+            return float(rank_memory(_c, table, np.array([[params]]), np.array([[layers]]), np.array([[_r]]),
+                                     _act.reshape(1, 1), np.array([[last[_r]]]), _buf.reshape(1, 1),
+                                     np.array([[experts]]), eshard.reshape(1, 1))["total"][0, 0])
+
+        empty = total(0.0, 0.0, 0.0)
+        fixed[r] = total(float(extra_params[r]), 0.0, 0.0)
+        layer_mem[r] = [total(float(lp), 1.0, float(le)) - empty for lp, le in zip(layer_params, layer_experts)]
         cap[r] = c.memory_capacity_bytes
     return RankCosts(
         row=dict(row), gpu_names=[g.name for g in gpus], layer_s=grid("u"), layer_fwd_s=grid("u_fwd"),
@@ -146,75 +148,53 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
 
 
 def evaluate_partition(ctx: CostContext, costs: RankCosts, counts: np.ndarray) -> TableResult:
-    """Step time, breakdown and per-rank memory of the partition with `counts[r, k]` type-k layers on rank r
-    (the formulas of `evaluate_table`'s explicit path, per type and per rank GPU; one-row arrays)."""
-    row, lc = costs.row, costs.base
+    """Step time, breakdown and per-rank memory of the partition with `counts[r, k]` type-k layers on rank r,
+    each type priced on each rank's GPU, by the one assembler (one-row arrays)."""
+    table = table_of(costs.row)
     n = np.asarray(counts, dtype=float)
     p = costs.pp
-    one = lambda x: np.array([float(x)])  # noqa: E731
-    m, v, zero, shard, sched = (np.array([row[k]]) for k in ("m", "v", "zero", "dp_shard", "sched"))
-    mf = float(row["m"])
-    t = (n * costs.layer_s).sum(axis=1) + costs.extra_s
-    f = (n * costs.layer_fwd_s).sum(axis=1) + costs.extra_fwd_s
-    t_max, t_sum, f_max, f_sum = t.max(), t.sum(), f.max(), f.sum()
-    if p == 1:
-        pipe = mf * t_max
-    elif row["sched"] == 2:
-        pipe = mf * t_max + (t_sum - t_max) / row["v"]
-    elif row["sched"] == 3:
-        pipe = mf * t_max + (f_sum - f_max)
-    else:
-        pipe = t_sum + (mf - 1) * t_max
-    sp = np.array([bool(row["sp"])])
-    p2p = 0.0 if p == 1 else float(2 * (mf * row["v"] + p - 1) * comm.pp_p2p_s(ctx, lc.pp_p2p, lc.tokens, np.array([row["tp"]]), sp)[0])
-    params = (n * costs.layer_params).sum(axis=1) + costs.extra_params
-    layers = n.sum(axis=1)
-    fwd_window = (n * costs.layer_fwd_s).sum(axis=1)
-    bwd_window = (n * (costs.layer_s - costs.layer_fwd_s)).sum(axis=1)
-    dp_t = max(float(comm.dp_time_s(ctx, one(params[r]), zero, m, lc.rs_shard, lc.ag_shard, lc.ar_rep, shard,
-                                    one(fwd_window[r]), one(bwd_window[r]), one(layers[r]), one(p))[0])
-               for r in range(p))
-    opt = max(float(comm.optimizer_step_s(c, one(params[r]), zero, shard)[0]) for r, c in enumerate(costs.contexts))
-    bn = int(t.argmax())
-    # CPU processes sharing a host's cores (cost.host_share), with the mean compute of the layers as placed.
-    table = {k: np.array([row[k]]) for k in COLUMNS}
-    mean_comp = (n * costs.layer_comp_s).sum() / max(n.sum(), 1.0)
-    first_s, last_s = (costs.extra_s[0], costs.extra_s[-1]) if p > 1 else (costs.extra_s[0], 0.0)
-    exposed = mf * (n[bn] * (costs.layer_tp_s[bn] + costs.layer_cp_s[bn] + costs.layer_ep_s[bn])).sum() + p2p + dp_t
-    step, shared = host_share.apply(ctx, table, one(pipe + p2p + dp_t + opt), np.array([mf]), one(mean_comp),
-                                    one(first_s), one(last_s), one(params.sum()), one(exposed))
-    rank_memory = _rank_memory(costs, n, params)
-    total = rank_memory["total"][0]
-    return TableResult(
-        step_time_s=step,
-        compute_s=one(mf * ((n[bn] * costs.layer_comp_s[bn]).sum() + costs.extra_s[bn])) + shared,
-        tp_comm_s=one(mf * (n[bn] * costs.layer_tp_s[bn]).sum()),
-        cp_comm_s=one(mf * (n[bn] * costs.layer_cp_s[bn]).sum()),
-        ep_comm_s=one(mf * (n[bn] * costs.layer_ep_s[bn]).sum()),
-        pp_comm_s=one(p2p), dp_comm_s=one(dp_t), bubble_s=one(pipe - mf * t_max), optimizer_s=one(opt),
-        peak_memory_bytes=one(total.max()), fits=np.array([bool((total <= costs.capacity_bytes).all())]), split=None,
-        rank_memory=rank_memory,
+
+    def per_rank(x: np.ndarray) -> np.ndarray:  # sum over layer types, as a 1 x p row
+        return (n * x).sum(axis=1).reshape(1, p)
+
+    params = per_rank(np.broadcast_to(costs.layer_params, n.shape)) + costs.extra_params.reshape(1, p)
+    layers = n.sum(axis=1).reshape(1, p)
+    work = RankWork(
+        total_s=per_rank(costs.layer_s) + costs.extra_s.reshape(1, p),
+        forward_s=per_rank(costs.layer_fwd_s) + costs.extra_fwd_s.reshape(1, p),
+        compute_s=per_rank(costs.layer_comp_s) + costs.extra_s.reshape(1, p),
+        tp_s=per_rank(costs.layer_tp_s), cp_s=per_rank(costs.layer_cp_s), ep_s=per_rank(costs.layer_ep_s),
+        params=params, layers=layers, fwd_window_s=per_rank(costs.layer_fwd_s),
+        bwd_window_s=per_rank(costs.layer_s - costs.layer_fwd_s),
+        memory=_rank_memory(costs, table, params, layers, n), capacity_bytes=costs.capacity_bytes.reshape(1, p),
+        weight=np.ones((1, p)), optimizer_contexts=costs.contexts,
     )
+    return assemble(ctx, table, work, costs.base, per_rank_memory=True)
 
 
-def _rank_memory(costs: RankCosts, n: np.ndarray, params: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-rank memory components (1 x p arrays, as `TableResult.rank_memory`), summed as `evaluate_table` does."""
-    row, p = costs.row, costs.pp
-    table = {k: np.array([row[k]]) for k in COLUMNS}
+def _rank_memory(costs: RankCosts, table: dict[str, np.ndarray], params: np.ndarray, layers: np.ndarray,
+                 n: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-rank memory components (1 x p arrays), each rank on its own GPU's context (`assemble.rank_memory`)."""
+    p = costs.pp
     sp = table["sp"].astype(bool)
-    names = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
-    out = {k: np.zeros((1, p)) for k in names}
+    parts = []
+    eshard = expert_shard(table)
     experts = (n * costs.layer_expert_params).sum(axis=1)
     for r, c in enumerate(costs.contexts):
-        states = memory.model_state_bytes(c, np.array([params[r]]), table["zero"], table["dp_shard"], table["pp"],
-                                          np.array([experts[r]]), costs.expert_shard)
-        out["weights"][0, r], out["gradients"][0, r], out["optimizer"][0, r] = (float(x[0]) for x in states)
-        infl = float(memory.inflight_microbatches(table["sched"], np.array([r]), table["pp"], table["v"], table["m"])[0])
-        act = float(memory.activation_bytes_per_layer(c, table["mb"], table["tp"], table["cp"], sp, table["rc"])[0])
-        out["activations"][0, r] = act * n[r].sum() * infl
-        out["logits"][0, r] = float(memory.logits_bytes(c, table["mb"], table["tp"], table["cp"])[0]) if r == p - 1 else 0.0
-        out["buffers"][0, r] = float(memory.fsdp_buffer_bytes(c, np.array([costs.layer_params.max()]), table["zero"],
-                                                              table["pp"])[0])
-        out["reserve"][0, r] = memory.reserve_bytes(c)
-    out["total"] = sum(out[k] for k in names)
+        act = memory.activation_bytes_per_layer(c, table["mb"], table["tp"], table["cp"], sp, table["rc"])
+        buf = memory.fsdp_buffer_bytes(c, np.array([costs.layer_params.max()]), table["zero"], table["pp"])
+        parts.append(rank_memory(c, table, params[:, r:r + 1], layers[:, r:r + 1], np.array([[r]]),
+                                 act.reshape(1, 1), np.array([[r == p - 1]]), buf.reshape(1, 1),
+                                 np.array([[experts[r]]]), eshard.reshape(1, 1)))
+    return {k: np.hstack([x[k] for x in parts]) for k in (*MEMORY_PARTS, "total")}
+
+
+def counts_of(layer_types: tuple[int, ...], chunks: tuple[int, ...], pp: int, num_types: int) -> np.ndarray:
+    """(pp, K) layers of each type per rank for per-chunk layer counts (chunk c on rank c % pp)."""
+    out = np.zeros((pp, num_types), dtype=np.int64)
+    start = 0
+    for c, size in enumerate(chunks):
+        for k in layer_types[start:start + size]:
+            out[c % pp, k] += 1
+        start += size
     return out

@@ -15,6 +15,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from planner.export import ExportResult, header
+from planner.layout import SCHEDULES
 
 if TYPE_CHECKING:
     from planner.plan import Plan
@@ -114,10 +115,9 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     else:
         warnings.append(f"Megatron-LM orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp; this plan's order "
                         f"{','.join(order)} cannot be expressed, ranks will be grouped differently")
-    if lay.schedule == "zb-h1" and lay.pp > 1:
-        warnings.append("Megatron-LM has no ZB-H1 schedule flag: it will run 1F1B (slower by the bubble difference)")
-    if lay.schedule == "gpipe" and lay.pp > 1:
-        warnings.append("Megatron-LM runs 1F1B, not GPipe (same time, less activation memory)")
+    schedule = SCHEDULES[lay.schedule]
+    if schedule.megatron is None and lay.pp > 1:
+        warnings.append(schedule.megatron_instead)
     args += model_args(plan)
     return args, warnings
 

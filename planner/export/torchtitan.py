@@ -19,13 +19,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from planner.export import ExportResult, header
-from planner.layout import DEFAULT_MESH_AXES
+from planner.layout import DEFAULT_MESH_AXES, SCHEDULES
 
 if TYPE_CHECKING:
     from planner.plan import Plan
 
-SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-h1": "InterleavedZeroBubble"}
-"""Plan schedule -> torch.distributed.pipelining class name without 'Schedule' (as executor.pipeline maps them)."""
 FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"), "llama3-405b": ("llama3", "405B")}
 """meshplan presets that are TorchTitan model flavors (torchtitan/models/llama3)."""
 
@@ -90,7 +88,7 @@ def export(plan: Plan, **_: Any) -> ExportResult:
     if lay.zero in (1, 2):
         par["fsdp_reshard_after_forward"] = "never"
     if lay.pp > 1:
-        par["pipeline_parallel_schedule"] = SCHEDULE_NAMES[lay.schedule]
+        par["pipeline_parallel_schedule"] = SCHEDULES[lay.schedule].torchtitan
         par["pipeline_parallel_microbatch_size"] = lay.micro_batch
         par["module_fqns_per_model_part"] = chunk_modules(model.num_layers, lay.partition(model.num_layers))
     if lay.recompute == "selective":

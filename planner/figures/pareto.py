@@ -73,8 +73,7 @@ def feasible_table(plan: Plan, **pins: Any) -> dict[str, np.ndarray]:
 
 def draw_pareto(plan: Plan, search: Any, others: dict[str, Plan] | None = None) -> tuple[Figure, ParetoFigureData]:
     """Scatter of all feasible layouts (peak memory vs step time), front and chosen plan marked."""
-    from planner.api import row_to_layout
-    from planner.cost.evaluate import COLUMNS
+    from planner.layout import COLUMNS, row_to_layout
 
     table = _table_of(search)
     t = np.asarray(table["step_time_ms"], dtype=float) / 1e3

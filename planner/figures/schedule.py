@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.figures._common import fmt_s, new_figure, plan_title
 from planner.figures.timeline import Op, makespan_s, simulate
+from planner.layout.schedules import ONE_RANK, SCHEDULES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -43,8 +44,8 @@ class ScheduleFigureData:
     num_microbatches: int
     virtual_stages: int
     forward_s: tuple[float, ...]  # per rank, one micro-batch, all chunks
-    backward_s: tuple[float, ...]  # B only for zb-h1
-    weight_grad_s: tuple[float, ...]  # W (zb-h1), zeros otherwise
+    backward_s: tuple[float, ...]  # B only for a schedule that splits the backward (zb-h1)
+    weight_grad_s: tuple[float, ...]  # W there, zeros otherwise
     ops: tuple[Op, ...]
     bubble_fraction: float  # the cost model's, printed in the title (== plan.prediction.bubble_fraction)
     bubble_s: float  # the cost model's bubble seconds (plan breakdown)
@@ -63,14 +64,15 @@ def schedule_data(plan: Plan, ctx: Any = None) -> ScheduleFigureData:
     st = plan_stage_times(plan, ctx)
     lay = plan.layout
     m, v, p = lay.num_microbatches, lay.virtual_stages, lay.pp
-    sched = lay.schedule if p > 1 else "1f1b"  # one rank: every schedule is m x (F, B)
+    sched = lay.schedule if p > 1 else ONE_RANK  # one rank: every schedule is m x (F, B)
+    split = SCHEDULES[sched].splits_backward
     f = list(st.forward_s)
-    if sched == "zb-h1":
+    if split:  # B = W = backward / 2, as the cost model's zero-bubble makespan assumes (T_B = T_W)
         b = [x / 2 for x in st.backward_s]
         w = list(b)
     else:
         b, w = list(st.backward_s), [0.0] * p
-    ops = simulate(sched, m, f, b, v=v, weight_grad_s=w if sched == "zb-h1" else None)
+    ops = simulate(sched, m, f, b, v=v, weight_grad_s=w if split else None)
     sim = makespan_s(ops)
     br = plan.prediction.breakdown
     step = plan.prediction.step_time_s

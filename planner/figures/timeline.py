@@ -21,9 +21,10 @@ exposed p2p time once per step after the pipeline (planner.cost.evaluate), and s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+from planner.layout.schedules import SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -52,32 +53,42 @@ def _zb_h1_order(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
     return order + [("W", i, r) for i in range(w, m)]
 
 
+def _gpipe_order(p: int, m: int, v: int, r: int) -> list[tuple[str, int, int]]:
+    return [("F", i, r) for i in range(m)] + [("B", i, r) for i in range(m)]
+
+
+def _warmup_then_alternate(fwd: list, bwd: list, warm: int) -> list[tuple[str, int, int]]:
+    order = fwd[:warm]
+    for i in range(len(fwd) - warm):
+        order += [fwd[warm + i], bwd[i]]
+    return order + bwd[len(fwd) - warm:]
+
+
+def _one_f_one_b_order(p: int, m: int, v: int, r: int) -> list[tuple[str, int, int]]:
+    fwd = [("F", i, r) for i in range(m)]
+    bwd = [("B", i, r) for i in range(m)]
+    return _warmup_then_alternate(fwd, bwd, min(p - r - 1, m))
+
+
+def _interleaved_order(p: int, m: int, v: int, r: int) -> list[tuple[str, int, int]]:
+    # the k-th forward is micro-batch (k // (p*v)) * p + k % p of local chunk (k // p) % v
+    fwd = [("F", (k // (p * v)) * p + k % p, ((k // p) % v) * p + r) for k in range(m * v)]
+    bwd = [("B", (k // (p * v)) * p + k % p, (v - 1 - (k // p) % v) * p + r) for k in range(m * v)]
+    return _warmup_then_alternate(fwd, bwd, min((p - r - 1) * 2 + (v - 1) * p, m * v))
+
+
+ORDERS: dict[str, Callable[[int, int, int, int], list[tuple[str, int, int]]]] = {
+    "gpipe": _gpipe_order,
+    "1f1b": _one_f_one_b_order,
+    "interleaved": _interleaved_order,
+    "zb-h1": lambda p, m, v, r: _zb_h1_order(p, m, r),
+}
+"""Per schedule of the registry: rank r's fixed op order (kind, micro-batch, global chunk) for (p, m, v, r)."""
+
+
 def _orders(schedule: str, p: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
-    """Fixed per-rank op order (kind, micro-batch, global chunk) of every schedule."""
-    orders: list[list[tuple[str, int, int]]] = []
-    for r in range(p):
-        if schedule == "zb-h1":
-            orders.append(_zb_h1_order(p, m, r))
-            continue
-        if schedule == "gpipe":
-            fwd = [("F", i, r) for i in range(m)]
-            bwd = [("B", i, r) for i in range(m)]
-            orders.append(fwd + bwd)
-            continue
-        if schedule == "1f1b":
-            fwd = [("F", i, r) for i in range(m)]
-            bwd = [("B", i, r) for i in range(m)]
-            warm = min(p - r - 1, m)
-        else:  # interleaved: k-th forward is micro-batch (k // (p*v)) * p + k % p of local chunk (k // p) % v
-            fwd = [("F", (k // (p * v)) * p + k % p, ((k // p) % v) * p + r) for k in range(m * v)]
-            bwd = [("B", (k // (p * v)) * p + k % p, (v - 1 - (k // p) % v) * p + r) for k in range(m * v)]
-            warm = min((p - r - 1) * 2 + (v - 1) * p, m * v)
-        order = fwd[:warm]
-        for i in range(len(fwd) - warm):
-            order += [fwd[warm + i], bwd[i]]
-        order += bwd[len(fwd) - warm:]
-        orders.append(order)
-    return orders
+    """Fixed per-rank op order (kind, micro-batch, global chunk) of every rank."""
+    return [ORDERS[schedule](p, m, v, r) for r in range(p)]
 
 
 def _deps(kind: str, mb: int, g: int, chunks: int) -> tuple[tuple[str, int, int], ...]:
@@ -99,17 +110,18 @@ def simulate(
     """Timeline of one step's pipeline ops.
 
     `forward_s[r]` and `backward_s[r]` are rank r's times per micro-batch over all its chunks (each chunk takes
-    1/v of them, the cost model's convention); for zb-h1, `backward_s` is B only and `weight_grad_s` is W.
+    1/v of them, the cost model's convention); for a schedule that splits the backward (zb-h1), `backward_s`
+    is B only and `weight_grad_s` is W.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}")
+    if schedule not in ORDERS:
+        raise ValueError(f"unknown schedule {schedule!r}; expected one of {tuple(ORDERS)}")
     p = len(forward_s)
     if len(backward_s) != p or (weight_grad_s is not None and len(weight_grad_s) != p):
         raise ValueError("forward_s, backward_s (and weight_grad_s) need one entry per pipeline rank")
-    if schedule == "zb-h1" and weight_grad_s is None:
-        raise ValueError("zb-h1 needs weight_grad_s (the W time per rank)")
-    if v > 1 and schedule != "interleaved":
-        raise ValueError(f"v={v} needs schedule 'interleaved'")
+    if SCHEDULES[schedule].splits_backward and weight_grad_s is None:
+        raise ValueError(f"{schedule} needs weight_grad_s (the W time per rank)")
+    if v > 1 and not SCHEDULES[schedule].virtual_stages:
+        raise ValueError(f"v={v} needs a schedule with virtual stages, not {schedule!r}")
     dur = {"F": [f / v for f in forward_s], "B": [b / v for b in backward_s],
            "W": [w / v for w in (weight_grad_s or [0.0] * p)]}
     return _fixed_schedule(_orders(schedule, p, m, v), p * v, dur)

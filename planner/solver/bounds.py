@@ -7,9 +7,9 @@ Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs 
   memory its model states with everything sharded (ZeRO-3 over all of DP) plus the reserve.
 
 Micro-batch bound (shape, micro_batch), the pipeline's own makespan: with m micro-batches and per-micro-batch
-rank times t_r, every schedule of `cost.evaluate` takes at least m * max_r t_r (GPipe and 1F1B add
-sum_r t_r - max_r t_r, interleaved (sum - max) / v, ZB-H1 sum_r f_r - max_r f_r, all >= 0), and with
-m < pp only GPipe is valid, which takes sum_r t_r + (m - 1) max_r t_r. A rank's time is at least its
+rank times t_r, every schedule of the registry (planner.layout.schedules) takes at least m * max_r t_r (GPipe
+and 1F1B add sum_r t_r - max_r t_r, interleaved (sum - max) / v, ZB-H1 sum_r f_r - max_r f_r, all >= 0), and
+with m < pp only the schedules that need no micro-batch per rank are valid (GPipe, sum_r t_r + (m - 1) max_r t_r). A rank's time is at least its
 layers' forward + backward compute (no recomputation, the faster of SP on or off) plus the TP all-reduces
 that nothing hides (two forward volumes per layer and micro-batch, comm.tp_layer_fwd_s), plus the embedding
 on rank 0 and the head on the last. max_r t_r is at least the exact min-max split of those lower per-layer
@@ -33,9 +33,10 @@ import numpy as np
 from planner.cost import comm, compute
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import MESH_ORDERS
 from planner.cost.memory import reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
+from planner.layout.schedules import SCHEDULES
+from planner.layout.table import axis_strides
 from planner.solver.space import Pins
 
 SAFETY = 1.0 - 1e-9  # bounds are scaled down by this so float rounding never prunes the optimum
@@ -118,7 +119,15 @@ def micro_batch_bounds(
     t_sum = L * u + e0 + el
     t_max = np.maximum.reduce([split.n_first * u + e0, np.where(pp > 2, split.n_mid * u, 0.0), split.n_last * u + el])
     t_max = np.where(single, t_sum, t_max)
-    pipe = np.where(single | (m >= pp), m * t_max, t_sum + (m - 1) * t_max)
+    # Every schedule's makespan is m * t_max plus a bubble >= 0 (planner.layout.schedules); with m < pp only
+    # the schedules that need no micro-batch per rank are valid, and their least makespan (forward bubble 0,
+    # a lower bound) is the bound there.
+    few = ~single & (m < pp)
+    pipe = m * t_max
+    if few.any():
+        fewest = np.min([s.makespan_formula(m, 1, t_max, t_sum, 0.0, 0.0) for s in SCHEDULES.values()
+                         if not s.needs_microbatches_per_rank], axis=0)
+        pipe = np.where(few, fewest, pipe)
     return SAFETY * pipe
 
 
@@ -182,24 +191,11 @@ class _OptimisticBandwidth:
         return a, b
 
 
-def _strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
-    """Stride of `axis` in every row's rank order: the product of the sizes of the axes inside it."""
-    sizes = {"pp": table["pp"], "dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"],
-             "cp": table["cp"], "tp": table["tp"]}
-    stride = np.ones(len(table["tp"]), dtype=np.int64)
-    for code in np.unique(table["order"]).tolist():
-        order = MESH_ORDERS[code]
-        sel = table["order"] == code
-        for inner in order[order.index(axis) + 1:]:
-            stride[sel] *= sizes[inner][sel]
-    return stride
-
-
 def optimistic_bw(topology, table: dict[str, np.ndarray], cache: dict | None = None) -> _OptimisticBandwidth:
     """Coefficients for the optimistic first pass over `table` (see `_OptimisticTopology`): exact for the
     (size, stride) of its TP and CP groups. `cache` keeps one object per set of exact groups across calls
     (the coefficients themselves are cached per topology either way)."""
-    pairs = np.unique(np.concatenate([(table[axis].astype(np.int64) << 21) | _strides(table, axis)
+    pairs = np.unique(np.concatenate([(table[axis].astype(np.int64) << 21) | axis_strides(table, axis)
                                       for axis in ("tp", "cp")]))
     if cache is None:
         return _OptimisticBandwidth(topology, pairs)

@@ -26,7 +26,9 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import COLUMNS, TableResult, evaluate_table
+from planner.cost.evaluate import TableResult, evaluate_table
+from planner.layout.rules import Tally
+from planner.layout.table import COLUMNS
 from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
 from planner.solver.space import (
     Pins,
@@ -35,6 +37,7 @@ from planner.solver.space import (
     expand_shapes,
     micro_batch_pairs,
     shape_candidates,
+    space_of,
 )
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
@@ -63,14 +66,7 @@ class SearchResult:
     stats: SearchStats
     best_infeasible: tuple[dict[str, int], float] | None = None  # (row, peak bytes) of the least-memory layout seen
     all_feasible: dict[str, np.ndarray] | None = field(default=None, repr=False)  # for Pareto figures, when asked
-
-
-def nvlink_domain_size(cluster) -> int:
-    """GPUs that share one NVLink switch fabric: a rack-scale domain, else one host."""
-    domain = getattr(cluster, "nvlink_domain", None)
-    if domain is not None:
-        return int(domain.hosts) * int(cluster.gpus_per_node)
-    return int(cluster.gpus_per_node)
+    rejected: Tally = field(default_factory=Tally, repr=False)  # what the rules removed (the infeasible message)
 
 
 def _take(table: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -88,15 +84,14 @@ def exact_search(
 ) -> SearchResult:
     """The `top` best feasible layouts under the cost model (see module docstring)."""
     bw = AxisBandwidth(ctx.topology)
-    n_gpus = int(ctx.cluster.num_gpus)
-    shapes = shape_candidates(ctx.model, n_gpus, ctx.workload.batch, ctx.workload.seq_len, pins, limits,
-                              nvlink_domain_size(ctx.cluster))
+    space = space_of(ctx, pins, limits)
+    shapes = shape_candidates(space)
     stats = SearchStats(shapes_total=len(shapes[0]))
     time_lb, mem_lb = shape_bounds(ctx, *shapes)
     fits = np.nonzero(mem_lb <= ctx.memory_capacity_bytes)[0]
     stats.shapes_memory_pruned = len(shapes[0]) - len(fits)
     shapes = tuple(a[fits] for a in shapes)
-    pair_shape, pair_mb = micro_batch_pairs(ctx.workload.batch, shapes, pins, limits)
+    pair_shape, pair_mb = micro_batch_pairs(space, shapes)
     pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb)
     pair_lb = np.maximum(np.where(np.isfinite(pair_lb), pair_lb, 0.0), time_lb[fits][pair_shape])
     shape_lb = np.full(len(fits), np.inf)  # a shape with no valid micro-batch has no layout at all
@@ -129,8 +124,7 @@ def exact_search(
         pairs = np.repeat(first_pair[batch] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         stats.micro_batches_bound_pruned += int((pair_lb[pairs] >= kth).sum())
         pairs = pairs[pair_lb[pairs] < kth]
-        table = expand_pairs(ctx.model, ctx.workload.batch, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs],
-                             pins, limits, ctx.flash_attention)
+        table = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs])
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
         if n_rows == 0:
@@ -164,7 +158,8 @@ def exact_search(
     stats.proven_optimal = True
     if best is None:
         best = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}
-    return SearchResult(table=best, step_time_s=best_t, stats=stats, best_infeasible=least_mem, all_feasible=feasible_all)
+    return SearchResult(table=best, step_time_s=best_t, stats=stats, best_infeasible=least_mem, all_feasible=feasible_all,
+                        rejected=space.tally)
 
 
 def brute_force(
@@ -176,7 +171,6 @@ def brute_force(
 
     limits = replace(limits, prune_dominated=not include_dominated)
     bw = AxisBandwidth(ctx.topology)
-    shapes = shape_candidates(ctx.model, int(ctx.cluster.num_gpus), ctx.workload.batch, ctx.workload.seq_len, pins,
-                              limits, nvlink_domain_size(ctx.cluster))
-    table = expand_shapes(ctx.model, ctx.workload.batch, shapes, pins, limits, ctx.flash_attention)
+    space = space_of(ctx, pins, limits)
+    table = expand_shapes(space, shape_candidates(space))
     return table, evaluate_table(ctx, table, bw)

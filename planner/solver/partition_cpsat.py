@@ -13,9 +13,10 @@ different GPUs (A100 and H100 hosts), the best contiguous split is combinatorial
                 n[r,k]   type-k layers on rank r; t[r] rank r's time per micro-batch; t_max = max_r t[r].
     constraints every rank fits its memory; with v > 1 a rank's chunks differ by at most one layer (the
                 interleaved bubble of cost.evaluate assumes even chunks, as cost.partition.chunk_partition).
-    objective   the pipeline part of the schedule's step time (cost.evaluate's formulas), linear:
-                bottleneck t_max; GPipe/1F1B sum_r t[r] + (m-1) t_max; interleaved (m v - 1) t_max + sum_r t[r]
-                (v times the step); ZB-H1 m t_max + sum_r f[r] - max_r f[r] (f: forward times).
+    objective   the pipeline part of the schedule's step time, linear, as the schedule registry states it
+                (`PipelineSchedule.objective`, planner/layout/schedules.py): bottleneck t_max; GPipe/1F1B
+                sum_r t[r] + (m-1) t_max; interleaved (m v - 1) t_max + sum_r t[r] (v times the step); ZB-H1
+                m t_max + sum_r f[r] - max_r f[r] (f: forward times).
     ties        a secondary term (sum_c b[c], earliest boundaries first) below the primary's resolution,
                 so the optimum, and the plan, is the same on every run.
 
@@ -47,6 +48,7 @@ from planner.solver.partition_data import (
     brute_force,
     counts_of,
     integer_objective,
+    objective_coefficients,
     objective_s,
     pipeline_value,
     scale,
@@ -197,18 +199,16 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
     if explain:
         model.add_assumptions([lits[name] for name in (lits if assume is None else assume)])
 
-    # Objective: the schedule's pipeline time, then the tie-break below its resolution.
-    total = sum(t.values())
-    if s.schedule == "bottleneck":
-        primary, hi = t_max, t_hi
-    elif s.schedule in ("gpipe", "1f1b"):
-        primary, hi = total + (s.m - 1) * t_max, (p + s.m - 1) * t_hi
-    elif s.schedule == "interleaved":
-        primary, hi = (s.m * s.v - 1) * t_max + total, (s.m * s.v - 1 + p) * t_hi
-    else:
+    # Objective: the schedule's pipeline time (its registry coefficients, times their divisor), then the
+    # tie-break below its resolution.
+    a, b_sum, c_fwd, _ = objective_coefficients(s.schedule, s.m, s.v)
+    primary, hi = a * t_max, a * t_hi
+    if b_sum:
+        primary, hi = primary + b_sum * sum(t.values()), hi + b_sum * p * t_hi
+    if c_fwd:
         f_max = model.new_int_var(min(0, int(s.extra_fwd.min(initial=0))), f_hi, "f_max")
         model.add_max_equality(f_max, [f[r] for r in range(p)])
-        primary, hi = s.m * t_max + sum(f.values()) - f_max, s.m * t_hi + p * f_hi
+        primary, hi = primary + c_fwd * (sum(f.values()) - f_max), hi + c_fwd * p * f_hi
     ties = C * L + 1
     weight = ties if (hi + 1) * ties < _INT_LIMIT else 1
     model.minimize(weight * primary + (sum(b.values()) if weight > 1 else 0))

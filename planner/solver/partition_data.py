@@ -14,8 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost.typed import counts_of
+from planner.layout.schedules import SCHEDULE_NAMES
+from planner.layout.schedules import SCHEDULES as REGISTRY
+
 TIME_UNIT_S = 1e-9  # one CP-SAT time unit: 1 ns (see the module docstring)
-SCHEDULES = ("bottleneck", "gpipe", "1f1b", "interleaved", "zb-h1")
+BOTTLENECK = "bottleneck"
+SCHEDULES = (BOTTLENECK, *SCHEDULE_NAMES)
+"""Objectives: the busiest rank's time alone, or a pipeline schedule's makespan (`planner.layout.schedules`)."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,8 @@ class PartitionProblem:
     virtual_stages: int = 1
     schedule: str = "bottleneck"
     num_microbatches: int = 1
-    layer_forward_s: np.ndarray | None = None  # (p, K), needed by zb-h1
-    extra_forward_s: np.ndarray | None = None  # (p,), needed by zb-h1
+    layer_forward_s: np.ndarray | None = None  # (p, K), needed by zero-bubble schedules
+    extra_forward_s: np.ndarray | None = None  # (p,), needed by zero-bubble schedules
 
     def __post_init__(self) -> None:
         p, K = np.shape(self.layer_time_s)
@@ -45,10 +51,15 @@ class PartitionProblem:
             raise ValueError(f"layer_types must be type indices in 0..{K - 1}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
-        if self.schedule == "zb-h1" and (self.layer_forward_s is None or self.extra_forward_s is None):
-            raise ValueError("zb-h1 needs layer_forward_s and extra_forward_s")
+        if self.uses_forward_times and (self.layer_forward_s is None or self.extra_forward_s is None):
+            raise ValueError(f"{self.schedule} needs layer_forward_s and extra_forward_s")
         if self.virtual_stages < 1 or self.num_microbatches < 1:
             raise ValueError("virtual_stages and num_microbatches must be >= 1")
+
+    @property
+    def uses_forward_times(self) -> bool:
+        """The schedule's objective reads forward times (a bubble of forwards only: zero-bubble schedules)."""
+        return objective_coefficients(self.schedule, self.num_microbatches, self.virtual_stages)[2] != 0
 
     @property
     def pp(self) -> int:
@@ -84,7 +95,7 @@ class ScaledProblem:
 def scale(problem: PartitionProblem) -> ScaledProblem:
     """Round the data to CP-SAT's integer units (times to nearest, memory conservatively)."""
     t = lambda x: np.rint(np.asarray(x, dtype=float) / TIME_UNIT_S).astype(np.int64)  # noqa: E731
-    zb = problem.schedule == "zb-h1"
+    zb = problem.uses_forward_times
     return ScaledProblem(
         layer_types=tuple(int(k) for k in problem.layer_types), time=t(problem.layer_time_s), extra=t(problem.extra_time_s),
         fwd=t(problem.layer_forward_s) if zb else np.zeros_like(t(problem.layer_time_s)),
@@ -97,27 +108,21 @@ def scale(problem: PartitionProblem) -> ScaledProblem:
     )
 
 
-def counts_of(layer_types: tuple[int, ...], chunks: tuple[int, ...], pp: int, num_types: int) -> np.ndarray:
-    """(pp, K) layers of each type per rank for per-chunk layer counts (chunk c on rank c % pp)."""
-    out = np.zeros((pp, num_types), dtype=np.int64)
-    start = 0
-    for c, size in enumerate(chunks):
-        for k in layer_types[start:start + size]:
-            out[c % pp, k] += 1
-        start += size
-    return out
+def objective_coefficients(schedule: str, m: int, v: int) -> tuple[int, int, int, int]:
+    """(a, b, c, d): the objective is (a * max t + b * sum t + c * (sum f - max f)) / d (integers, registry)."""
+    if schedule == BOTTLENECK:
+        return 1, 0, 0, 1
+    return REGISTRY[schedule].objective(m, v)
 
 
 def pipeline_value(schedule: str, m: int, v: int, t: np.ndarray, f: np.ndarray | None = None):
-    """The objective for rank times t (and forward times f): see the module docstring (interleaved: x v)."""
-    if schedule == "bottleneck":
-        return t.max()
-    if schedule in ("gpipe", "1f1b"):
-        return t.sum() + (m - 1) * t.max()
-    if schedule == "interleaved":
-        return (m * v - 1) * t.max() + t.sum()
-    assert f is not None
-    return m * t.max() + f.sum() - f.max()
+    """The objective for rank times t (and forward times f), times its divisor d (an integer on integer data)."""
+    a, b, c, _ = objective_coefficients(schedule, m, v)
+    value = a * t.max() + b * t.sum()
+    if c:
+        assert f is not None
+        value = value + c * (f.sum() - f.max())
+    return value
 
 
 def integer_objective(s: ScaledProblem, chunks: tuple[int, ...]) -> tuple[int, bool]:
@@ -149,8 +154,8 @@ def objective_s(problem: PartitionProblem, chunks: tuple[int, ...]) -> float:
     n = counts_of(tuple(problem.layer_types), chunks, problem.pp, problem.num_types)
     t = (n * problem.layer_time_s).sum(axis=1) + problem.extra_time_s
     f = None
-    if problem.schedule == "zb-h1":
+    if problem.layer_forward_s is not None and problem.extra_forward_s is not None:
         f = (n * problem.layer_forward_s).sum(axis=1) + problem.extra_forward_s
     schedule = problem.schedule if problem.pp > 1 else "gpipe"
-    value = float(pipeline_value(schedule, problem.num_microbatches, problem.virtual_stages, t, f))
-    return value / problem.virtual_stages if schedule == "interleaved" else value
+    m, v = problem.num_microbatches, problem.virtual_stages
+    return float(pipeline_value(schedule, m, v, t, f)) / objective_coefficients(schedule, m, v)[3]

@@ -2,8 +2,8 @@
 
 The search ranks layouts with the mean-layer split (`cost.partition.balanced_split`), exact for uniform
 layers on one GPU kind. When the model has several layer types or the cluster several GPU kinds
-(`rank_costs.needs_typed_costing`), the plan's partition is chosen here: each (rank, layer type) is priced on
-the rank's own GPU (`rank_costs`), `partition_cpsat` finds the contiguous split that minimises the schedule's
+(`cost.typed.needs_typed_costing`), the plan's partition is chosen here: each (rank, layer type) is priced on
+the rank's own GPU (`cost.typed`), `partition_cpsat` finds the contiguous split that minimises the schedule's
 pipeline time within every rank's memory, hinted with the mean-layer split, and the whole step (pipeline,
 PP transfers, DP exposure, optimizer) of both splits is costed rank by rank; the faster one that fits is
 kept. The notes say what changed and by how much the step time moved.
@@ -18,15 +18,15 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import SCHEDULES, TableResult
+from planner.cost.evaluate import TableResult
 from planner.cost.partition import chunk_partition
+from planner.cost.typed import RankCosts, counts_of, evaluate_partition, rank_costs
+from planner.layout.schedules import BY_CODE
 from planner.solver.partition_cpsat import (
     PartitionInfeasibleError,
     PartitionProblem,
-    counts_of,
     solve_partition,
 )
-from planner.solver.rank_costs import RankCosts, evaluate_partition, rank_costs
 
 TIME_LIMIT_S = 5.0  # CP-SAT time limit per plan; small models are solved to optimality in well under 1 s
 # CP-SAT's parallel portfolio starts at 8 workers (ortools/sat/docs/troubleshooting.md); on smaller machines
@@ -49,7 +49,7 @@ def problem_of(ctx: CostContext, costs: RankCosts) -> PartitionProblem:
     return PartitionProblem(
         layer_types=tuple(ctx.layer_type_of), layer_time_s=costs.layer_s, extra_time_s=costs.extra_s,
         layer_memory_bytes=costs.layer_memory_bytes, fixed_memory_bytes=costs.fixed_memory_bytes,
-        capacity_bytes=costs.capacity_bytes, virtual_stages=row["v"], schedule=SCHEDULES[row["sched"]],
+        capacity_bytes=costs.capacity_bytes, virtual_stages=row["v"], schedule=BY_CODE[row["sched"]].name,
         num_microbatches=row["m"], layer_forward_s=costs.layer_fwd_s, extra_forward_s=costs.extra_fwd_s,
     )
 

@@ -1,18 +1,16 @@
 """The search space: every valid DP x TP x PP x CP x EP shape and, per shape, every knob combination.
 
-Validity (each rule names its reason):
-- tp divides the attention heads and the FFN width (Megatron column split), and either divides the KV heads
-  or is a multiple of them (KV heads are then replicated, which the parameter count already reflects);
-- seq_len is divisible by 2 * cp (load-balanced CP chunks, Llama 3 paper Sec. 3.3.2);
-- pp <= layers and pp * virtual_stages <= layers (every chunk has at least one layer);
-- experts divisible by ep, and ep divides dp * cp (EP groups live inside DP x CP);
-- global batch = dp * micro_batch * num_microbatches; 1F1B/ZB-H1/interleaved need num_microbatches >= pp and
-  interleaved also num_microbatches % pp == 0 (Megatron's constraint);
-- dp * tp * pp * cp <= GPUs (idle GPUs are allowed and reported).
+Validity is the rule set of `planner.layout.rules` (each rule named, with its reason), applied through the
+candidate generators of `planner.layout.choices` as soon as the columns a rule reads are known: per knob
+(tp, cp, pp, dp, ep), per shape, per (shape, micro-batch), per (pp, m) for the schedules and per (dp, pp)
+for the ZeRO options; every rule once more over each expanded table (rules that span those groups).
+Ranges searched (`SearchLimits`): tp up to twice the NVLink domain, cp up to 16, micro-batches up to 64,
+virtual stages up to 8; dp among the divisors of the global batch (every sequence trained once).
 Dominated options are left out unless pinned, because they can never be strictly better under the cost model:
 sequence parallelism off when tp > 1 (SP moves the same bytes with less element-wise work and less memory,
-Korthikanti et al. 2022), GPipe when 1F1B is valid (same time, more activation memory), and ZeRO-2/3 with
-pp > 1 (ZeRO-1's memory, at least its communication: `_zero_options`).
+Korthikanti et al. 2022), a schedule the registry marks dominated (GPipe where 1F1B is valid: same time,
+more activation memory), ZeRO-2/3 with pp > 1 (ZeRO-1's memory, at least its communication) and selective
+recomputation with FlashAttention (no score activations to drop).
 HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade gather bandwidth for memory).
 """
 
@@ -23,20 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost.evaluate import MESH_ORDERS, NUM_SEARCHED_ORDERS, RECOMPUTE, SCHEDULES
 from planner.errors import UserError
+from planner.layout import choices, rules
+from planner.layout.choices import SET_PINS, divisors
+from planner.layout.layout import KNOBS
+from planner.layout.rules import DEFAULT_FRAMEWORK, Facts, Tally
+from planner.layout.table import MESH_ORDERS, NUM_SEARCHED_ORDERS, RECOMPUTE_NAMES, RecomputeCode
 
-PIN_FIELDS = (
-    "dp", "tp", "pp", "cp", "ep", "micro_batch", "num_microbatches", "schedule", "virtual_stages", "zero",
-    "dp_shard", "recompute", "sequence_parallel", "mesh_axes",
-)
-SET_PIN_FIELDS = ("schedule", "recompute", "zero")
-"""Knobs that also take a set of allowed values: what a framework implements (`schedule=("1f1b", "interleaved")`)."""
-
-
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+PIN_FIELDS = KNOBS
+SET_PIN_FIELDS = SET_PINS
+__all__ = ["PIN_FIELDS", "SET_PIN_FIELDS", "Pins", "SearchLimits", "Space", "divisors", "expand_pairs",
+           "expand_shapes", "micro_batch_pairs", "shape_candidates"]
 
 
 @dataclass
@@ -48,6 +43,7 @@ class SearchLimits:
     max_micro_batch: int = 64
     max_virtual_stages: int = 8
     prune_dominated: bool = True  # False: also enumerate the dominated options (the brute-force oracle does)
+    framework: str | None = DEFAULT_FRAMEWORK  # whose rules apply besides the generic ones (layout.rules)
 
 
 @dataclass
@@ -66,12 +62,7 @@ class Pins:
     def allow(self, name: str, value: Any) -> bool:
         """Whether `value` of knob `name` is allowed: unpinned, equal to the pin, or in a pinned set of choices
         (for the knobs in `SET_PIN_FIELDS`, e.g. the schedules a framework implements)."""
-        if name not in self.values:
-            return True
-        pinned = self.values[name]
-        if name in SET_PIN_FIELDS and isinstance(pinned, (tuple, list, set, frozenset)):
-            return value in pinned
-        return pinned == value
+        return choices.allowed(self.values, name, value)
 
     def explicitly_allows(self, name: str, value: Any) -> bool:
         """Pinned to `value` or to a set containing it (dominated options are searched only when asked for)."""
@@ -81,85 +72,82 @@ class Pins:
         return self.values.get(name)
 
 
-def shape_candidates(model, num_gpus: int, batch: int, seq_len: int, pins: Pins, limits: SearchLimits, domain: int):
-    """Arrays (tp, cp, pp, dp, ep) of every valid shape."""
-    max_tp = limits.max_tp or max(2 * domain, 1)
-    tps = [t for t in divisors(model.num_heads) if t <= max_tp and model.ffn_hidden_size % t == 0
-           and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0) and pins.allow("tp", t)]
-    cps = [c for c in range(1, limits.max_cp + 1) if seq_len % (2 * c) == 0 or c == 1]
-    cps = [c for c in cps if pins.allow("cp", c)]
-    pps = [p for p in range(1, min(model.num_layers, num_gpus) + 1) if pins.allow("pp", p)]
-    dps = [d for d in divisors(batch) if d <= num_gpus and pins.allow("dp", d)]
-    experts = model.moe.num_experts if model.moe is not None else 1
-    eps = [e for e in divisors(experts) if pins.allow("ep", e)]
-    grid = np.array(np.meshgrid(tps, cps, pps, dps, eps, indexing="ij")).reshape(5, -1) if tps and cps and pps and dps and eps else np.zeros((5, 0), dtype=np.int64)
-    tp, cp, pp, dp, ep = (grid[i].astype(np.int64) for i in range(5))
-    ok = (tp * cp * pp * dp <= num_gpus) & ((dp * cp) % ep == 0)
-    if "dp_shard" in pins.values:
-        ok &= dp % int(pins.get("dp_shard")) == 0
+@dataclass
+class Space:
+    """What one search enumerates: the facts the rules read, the pins and limits, and where rejections go."""
+
+    facts: Facts
+    pins: Pins
+    limits: SearchLimits
+    domain: int  # GPUs of one NVLink domain (the default tp limit is twice it)
+    flash_attention: bool = True
+    tally: Tally = field(default_factory=Tally)
+
+    @property
+    def framework(self) -> str | None:
+        return self.limits.framework
+
+
+def space_of(ctx: Any, pins: Pins, limits: SearchLimits) -> Space:
+    """The space of a cost context's model, workload and cluster."""
+    n = int(ctx.cluster.num_gpus)
+    return Space(Facts.of(ctx.model, ctx.workload, n), pins, limits, nvlink_domain_size(ctx.cluster),
+                 bool(ctx.flash_attention))
+
+
+def nvlink_domain_size(cluster) -> int:
+    """GPUs that share one NVLink switch fabric: a rack-scale domain, else one host."""
+    domain = getattr(cluster, "nvlink_domain", None)
+    if domain is not None:
+        return int(domain.hosts) * int(cluster.gpus_per_node)
+    return int(cluster.gpus_per_node)
+
+
+def shape_candidates(space: Space) -> tuple[np.ndarray, ...]:
+    """Arrays (tp, cp, pp, dp, ep) of every valid shape, in meshgrid order of ascending values."""
+    f, pins, lim = space.facts, space.pins.values, space.limits
+    n = int(f.num_gpus)
+
+    def vals(knob: str, natural) -> list[int]:
+        return choices.values(knob, natural, f, pins, space.framework, space.tally)
+
+    tps = vals("tp", range(1, (lim.max_tp or max(2 * space.domain, 1)) + 1))
+    cps = vals("cp", range(1, lim.max_cp + 1))
+    pps = vals("pp", range(1, n + 1))
+    dps = vals("dp", [d for d in divisors(f.global_batch) if d <= n])  # only these can meet batch_matches
+    eps = vals("ep", range(1, f.num_experts + 1))
+    if not (tps and cps and pps and dps and eps):
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
+    grid = np.array(np.meshgrid(tps, cps, pps, dps, eps, indexing="ij")).reshape(5, -1).astype(np.int64)
+    tp, cp, pp, dp, ep = grid
+    ok = choices.keep({"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep}, f, pins, space.framework, space.tally,
+                      "shape")
     return tp[ok], cp[ok], pp[ok], dp[ok], ep[ok]
 
 
-def micro_batch_pairs(batch: int, shapes: tuple[np.ndarray, ...], pins: Pins, limits: SearchLimits):
+def micro_batch_pairs(space: Space, shapes: tuple[np.ndarray, ...]):
     """(shape index, micro_batch) of every allowed micro-batch size of each shape, shapes in order."""
+    batch, pins = int(space.facts.global_batch), space.pins
     dp = shapes[3]
     options: dict[int, list[int]] = {}
     for d in np.unique(dp).tolist():
         per_replica = batch // d
-        options[d] = [b for b in divisors(per_replica) if b <= limits.max_micro_batch and pins.allow("micro_batch", b)
-                      and pins.allow("num_microbatches", per_replica // b)]
+        options[d] = [b for b in ([int(pins.get("micro_batch"))] if "micro_batch" in pins.values else
+                                  [b for b in divisors(per_replica) if b <= space.limits.max_micro_batch])
+                      if pins.allow("num_microbatches", per_replica // b)]
     count = np.array([len(options[d]) for d in dp.tolist()], dtype=np.int64)
     shape_idx = np.repeat(np.arange(len(dp)), count)
     mb = np.array([b for d in dp.tolist() for b in options[d]], dtype=np.int64)
-    return shape_idx, mb
+    cols = {**{k: a[shape_idx] for k, a in zip(("tp", "cp", "pp", "dp", "ep"), shapes)}, "mb": mb,
+            "m": batch // (dp[shape_idx] * mb)}
+    ok = choices.keep(cols, space.facts, pins.values, space.framework, space.tally, "micro-batch")
+    return shape_idx[ok], mb[ok]
 
 
-def expand_shapes(
-    model, batch: int, shapes: tuple[np.ndarray, ...], pins: Pins, limits: SearchLimits, flash_attention: bool = True
-) -> dict[str, np.ndarray]:
-    """Every knob combination of the given shapes, as a table (see planner.cost.evaluate.COLUMNS)."""
-    shape_idx, mb = micro_batch_pairs(batch, shapes, pins, limits)
-    return expand_pairs(model, batch, tuple(a[shape_idx] for a in shapes), mb, pins, limits, flash_attention)
-
-
-def _schedules(pp: int, m: int, L: int, pins: Pins, limits: SearchLimits) -> list[tuple[int, int]]:
-    """(schedule code, virtual stages) options of a pipeline of pp ranks with m micro-batches."""
-    scheds: list[tuple[int, int]] = []
-    if pp == 1:
-        # One stage: every schedule is the same loop; report it as 1F1B unless only GPipe is allowed.
-        for name in ("1f1b", "gpipe"):
-            if pins.allow("schedule", name):
-                return [(SCHEDULES.index(name), 1)]
-        return scheds
-    if m >= pp:
-        scheds += [(1, 1), (3, 1)]
-        if pins.explicitly_allows("schedule", "gpipe") or not limits.prune_dominated:
-            scheds.append((0, 1))
-        if m % pp == 0:
-            scheds += [(2, v) for v in range(2, limits.max_virtual_stages + 1) if pp * v <= L]
-    else:
-        scheds.append((0, 1))
-    return [(s, v) for s, v in scheds if pins.allow("schedule", SCHEDULES[s]) and pins.allow("virtual_stages", v)]
-
-
-def _zero_options(dp: int, pp: int, pins: Pins, limits: SearchLimits) -> list[tuple[int, int]]:
-    """(ZeRO stage, sharding group size) options for data-parallel degree dp (HSDP groups for ZeRO-3).
-
-    With pp > 1, ZeRO-2 and ZeRO-3 keep ZeRO-1's memory (the pipeline schedule holds gradients and gathered
-    weights until the step's reduction, cost.memory.state_sharding_stage) at ZeRO-1's or more communication,
-    so they are dominated and searched only when asked for."""
-    zs = []
-    for z in range(4):
-        if not pins.allow("zero", z):
-            continue
-        if pp > 1 and z >= 2 and limits.prune_dominated and not pins.explicitly_allows("zero", z):
-            continue
-        shards = [1] if z == 0 else divisors(dp) if z == 3 else [dp]
-        if "dp_shard" in pins.values:
-            pinned = int(pins.get("dp_shard"))
-            shards = [s for s in ([pinned] if z > 0 or pinned == 1 else []) if dp % s == 0]
-        zs.extend((z, s) for s in shards)
-    return zs
+def expand_shapes(space: Space, shapes: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+    """Every knob combination of the given shapes, as a table (see planner.layout.table.COLUMNS)."""
+    shape_idx, mb = micro_batch_pairs(space, shapes)
+    return expand_pairs(space, tuple(a[shape_idx] for a in shapes), mb)
 
 
 def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -172,31 +160,32 @@ def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray,
     return out, np.array([len(x) for x in lists], dtype=np.int64)
 
 
-def expand_pairs(
-    model, batch: int, shapes: tuple[np.ndarray, ...], mb: np.ndarray, pins: Pins, limits: SearchLimits,
-    flash_attention: bool = True,
-) -> dict[str, np.ndarray]:
+def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -> dict[str, np.ndarray]:
     """Every knob combination of (shape, micro_batch) rows, as a table, vectorised.
 
     Row order: input row, then schedule, (ZeRO, shard), recompute, SP, mesh order (the last varies fastest).
     Options depending on a row's values are listed once per distinct value and gathered with numpy.
     """
+    pins, limits, facts = space.pins, space.limits, space.facts
     tp, cp, pp, dp, ep = (np.asarray(a, dtype=np.int64) for a in shapes)
     mb = np.asarray(mb, dtype=np.int64)
-    m = batch // (dp * mb)
+    m = int(facts.global_batch) // (dp * mb)
     pin_sp = pins.get("sequence_parallel")
     pin_order = pins.get("mesh_axes")
     orders = list(range(NUM_SEARCHED_ORDERS)) if pin_order is None else [MESH_ORDERS.index(tuple(pin_order))]
-    rcs = [i for i, r in enumerate(RECOMPUTE) if pins.allow("recompute", r)]
-    if flash_attention and not pins.explicitly_allows("recompute", "selective") and limits.prune_dominated:
+    rcs = [i for i, r in enumerate(RECOMPUTE_NAMES) if pins.allow("recompute", r)]
+    if space.flash_attention and not pins.explicitly_allows("recompute", "selective") and limits.prune_dominated:
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
         # memory and only adds the attention core's forward again: dominated by "none".
-        rcs = [i for i in rcs if RECOMPUTE[i] != "selective"]
+        rcs = [i for i in rcs if i != RecomputeCode.SELECTIVE]
     # Schedules per distinct (pp, m); ZeRO options per distinct dp.
     sched_keys, sched_inv = np.unique(np.stack([pp, m]), axis=1, return_inverse=True)
-    sched_opts, n_sched = _padded([_schedules(int(p), int(q), model.num_layers, pins, limits) for p, q in sched_keys.T], 2)
+    sched_opts, n_sched = _padded(choices.schedule_options(
+        sched_keys[0], sched_keys[1], facts, pins.values, space.framework, limits.max_virtual_stages,
+        limits.prune_dominated, space.tally), 2)
     dp_keys, dp_inv = np.unique(np.stack([dp, np.minimum(pp, 2)]), axis=1, return_inverse=True)
-    zero_opts, n_zero = _padded([_zero_options(int(d), int(p), pins, limits) for d, p in dp_keys.T], 2)
+    zero_opts, n_zero = _padded(choices.zero_options(dp_keys[0], dp_keys[1], facts, pins.values, space.framework,
+                                                     limits.prune_dominated, space.tally), 2)
     sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
     # SP: off for tp == 1; else the pin, or on (off is dominated), or both when dominated options are kept.
     sp_multi = [1] if pin_sp is None and limits.prune_dominated else [1, 0] if pin_sp is None else [int(pin_sp)]
@@ -222,4 +211,7 @@ def expand_pairs(
         "rc": np.array(rcs, dtype=np.int64)[d_rc] if rcs else np.zeros(0, dtype=np.int64), "sp": sp,
         "order": np.array(orders, dtype=np.int64)[d_order],
     }
-    return {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
+    table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
+    # Every rule once more over the whole rows: those that read columns of several groups above.
+    ok = rules.mask(table, facts, space.framework, tally=space.tally, stage="layout")
+    return table if ok.all() else {k: v[ok] for k, v in table.items()}

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import hardware_profiles as hp
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import ModelSpec, preset
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
-from planner.workload import Workload
 
 TINY_GPT: dict[str, Any] = {
     "name": "tiny-gpt",

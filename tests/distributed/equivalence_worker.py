@@ -107,23 +107,25 @@ class RoutingLog:
                 "calls": int(stats[n + 2])}
 
 
-def reference(model: str | dict, steps: int, global_batch: int, router_bias: list[float] | None = None) -> dict:
-    """Losses and weights (initial and after `steps`) of the single-process model on the full batch."""
-    key = json.dumps([model, steps, global_batch, router_bias], sort_keys=True)
+def reference(model: str | dict, steps: int, global_batch: int, router_bias: list[float] | None = None, *,
+              seed: int = SEED, optim: OptimizerConfig = OPTIM) -> dict:
+    """Losses and weights (initial and after `steps`) of the single-process model on the full batch (the
+    executor's init and data for `seed`; `meshplan run` uses seed 0 and OptimizerConfig(lr=3e-4))."""
+    key = json.dumps([model, steps, global_batch, router_bias, seed, repr(optim)], sort_keys=True)
     if key in _REFERENCE:
         return _REFERENCE[key]
     args = from_spec(model_spec(model))
     with torch.device("meta"):
         ref = Transformer(args, range(args.num_layers), first=True, last=True)
-    materialize(ref, torch.device("cpu"), num_layers=args.num_layers, seed=SEED)
+    materialize(ref, torch.device("cpu"), num_layers=args.num_layers, seed=seed)
     set_router_bias(ref.modules(), router_bias)
     ref.set_positions(torch.arange(SEQ_LEN))
-    cfg = OPTIM
+    cfg = optim
     opt = torch.optim.AdamW(
         ref.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=False
     )
     init = {n: p.detach().clone() for n, p in ref.named_parameters()}
-    data = SyntheticTokens(vocab_size=args.vocab_size, seq_len=SEQ_LEN, seed=SEED)
+    data = SyntheticTokens(vocab_size=args.vocab_size, seq_len=SEQ_LEN, seed=seed)
     losses, grads = [], {}
     for step in range(1, steps + 1):
         tokens = data.rows(step, 0, global_batch, global_batch)
@@ -211,11 +213,11 @@ def run_case(case: dict, world_size: int) -> dict:
     t0 = time.perf_counter()
     if case.get("per_layer_fsdp_under_zero_bubble"):
         # Negative control: undo the executor's zero-bubble rule (shard only chunk roots) for this case.
-        parallelize.ZERO_BUBBLE = frozenset()
+        parallelize.splits_backward = lambda layout: False
     try:
         run = build_run(plan, RunOptions(plan=Path("test-plan.json"), seed=SEED), world, optimizer=OPTIM)
     finally:
-        parallelize.ZERO_BUBBLE = pipeline.ZERO_BUBBLE
+        parallelize.splits_backward = pipeline.splits_backward
     bias = case.get("router_bias")
     for part in run.model.parts:
         set_router_bias(part.modules(), bias)

@@ -22,7 +22,7 @@ tolerances (fp32 throughout; observed values are at most ~1e-6, so each bound ha
             (the only difference: router-bias buffers, 16 values, which the planner counts as parameters and
             the optimizer does not hold), <= 1e-2 with TP (norms and routers are replicated over TP, while
             the planner divides every dense parameter by tp). This checks the planner's expert-state sharding
-            (planner.expert_groups) against the executor's expert meshes. (The GPT-2-style model misses by up
+            (planner.layout.expert_groups) against the executor's expert meshes. (The GPT-2-style model misses by up
             to 6%: its biases and LayerNorms are replicated over TP too, and it is not what this checks.)
 The test optimizer is AdamW with eps=1e-4 (see equivalence_worker.OPTIM for why not 1e-8: Adam's first
 step lr*g/(|g|+eps) turns rounding noise of near-zero gradient elements into O(lr) differences).

@@ -65,8 +65,8 @@ def hf_data(name: str) -> dict[str, Any]:
 def tiny_plan_json(gpus: int = 4) -> str:
     """The best plan for the tiny model on `gpus` local CPU processes (8 x 64 tokens, fp32), as JSON."""
     from planner import search
+    from planner.layout import Workload
     from planner.model import preset
-    from planner.workload import Workload
 
     plan = search(preset("tiny"), hp.cluster("local-cpu", gpus=gpus), Workload(global_batch=8, seq_len=64, dtype="fp32"))[0]
     return plan.to_json()
@@ -94,9 +94,8 @@ def write(path: Path, content: str | bytes | dict | list) -> Path:
 def pipeline_plan_json() -> str:
     """A pp=2 x tp=2 plan of the tiny model on 4 local CPU processes (1F1B, 4 micro-batches), as JSON."""
     from planner import evaluate
-    from planner.layout import Layout
+    from planner.layout import Layout, Workload
     from planner.model import preset
-    from planner.workload import Workload
 
     layout = Layout(pp=2, tp=2, micro_batch=2, num_microbatches=4, sequence_parallel=True)
     plan = evaluate(preset("tiny"), hp.cluster("local-cpu", gpus=4), Workload(global_batch=8, seq_len=64, dtype="fp32"),

@@ -24,9 +24,9 @@ from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cost import comm, compute, host_share
 from planner.errors import UserError
+from planner.layout import Workload
 from planner.model import ModelSpec, preset
 from planner.topology.estimate import bytes_factor, latency_steps
-from planner.workload import Workload
 
 _register_commands()
 

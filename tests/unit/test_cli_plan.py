@@ -11,9 +11,9 @@ import hardware_profiles
 from planner.api import search
 from planner.cli.app import app
 from planner.cli.main import _register_commands, _user_error_message
+from planner.layout import Workload
 from planner.model import load_model
 from planner.plan import Plan
-from planner.workload import Workload
 
 _register_commands()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
@@ -118,7 +118,7 @@ def test_no_arguments_plans_the_builtin_example() -> None:
         (["--cluster", "no-such-cluster"], "no-such-cluster"),
         (["--nodes", "2", "--gpus", "8"], "--nodes or --gpus"),
         (["--model", "llama3-8b", "--global-batch-tokens", "1000"], "not a multiple of seq_len"),
-        (["--model", "tiny", "--cluster", "local-cpu", "--gpus", "2"], "max_seq_len=64"),
+        (["--model", "tiny", "--cluster", "local-cpu", "--gpus", "2", "--seq-len", "128"], "max_seq_len=64"),
         (["--model", "llama3-8b", "--nodes", "2", "--mesh-axes", "tp,pp"], "--mesh-axes"),
         (["--model", "llama3-70b", "--nodes", "1", "--global-batch", "8"], "fits nowhere on 8 x h100-sxm: its model states alone"),
         (["--model", "llama3-70b", "--nodes", "2", "--global-batch", "16", "--recompute", "none"], "GiB over the"),

@@ -14,9 +14,8 @@ from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cli.options import Inputs, layout_from_pins, parse_layout_string
 from planner.errors import UserError
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import load_model
-from planner.workload import Workload
 
 _register_commands()
 ENV = {"COLUMNS": "250", "NO_COLOR": "1"}

@@ -9,10 +9,9 @@ import hardware_profiles
 from planner.api import evaluate, search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import load_model
 from planner.plan import Plan
-from planner.workload import Workload
 
 _register_commands()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
@@ -85,7 +84,7 @@ def test_tables_on_stdout() -> None:
     ("args", "needle"),
     [
         (["--tp", "3"], "does not divide the cluster's 16 GPUs"),
-        (["--tp", "3", "--dp", "4"], "num_heads=32 is not divisible by tp=3"),
+        (["--tp", "3", "--dp", "4"], "tp=3: num_heads=32 is not divisible by tp [tp_divides_heads]"),
         (["--dp", "5"], "global batch 64 is not a multiple of dp*micro_batch=5"),
         (["--sequence-parallel"], "sequence_parallel"),
         (["--dp", "4", "--tp", "8"], "exceeds the cluster's 16 GPUs"),

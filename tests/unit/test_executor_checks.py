@@ -62,7 +62,7 @@ def test_plan_model_checks() -> None:
     plan = make_plan("tiny", Layout(dp=2, micro_batch=4))
     data = plan.model_dump(mode="json")
     data["inputs"]["workload"]["global_batch"] = 16
-    with pytest.raises(UserError, match="dp\\*micro_batch\\*num_microbatches=8 != workload.global_batch=16"):
+    with pytest.raises(UserError, match=r"dp\*micro_batch\*num_microbatches=2\*4\*1=8 != global batch 16 \[batch_matches\]"):
         check_plan(Plan.model_validate(data), smoke=False, where="p.json")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,9 +11,10 @@ import torch
 from executor.init import materialize
 from executor.layers import apply_rope, rope_tables
 from executor.model import CoreAttention, Transformer
-from executor.model_args import check_divisibility, from_spec, smoke_seq_len, smoke_spec
+from executor.model_args import check_model, from_spec, smoke_seq_len, smoke_spec
 from executor.moe import MoE
 from planner.errors import UserError
+from planner.layout import Layout, Workload, rules
 from planner.model import ModelSpec, preset
 
 GPT = {
@@ -59,7 +61,9 @@ def test_smoke_keeps_the_layer_structure_and_divides_by_tp_and_cp() -> None:
             assert small.num_layers == spec.num_layers
             assert [small.is_moe_layer(i) for i in range(61)] == [spec.is_moe_layer(i) for i in range(61)]
             assert small.attention == "mha_gqa" and small.mla is None
-            check_divisibility(from_spec(small), tp=tp, cp=cp, seq_len=smoke_seq_len(cp))
+            args = from_spec(small)
+            check_model(args)
+            rules.check(Layout(tp=tp, cp=cp), args, Workload(global_batch=1, seq_len=smoke_seq_len(cp)))
             assert small.num_params() < 10**8
 
 
@@ -68,12 +72,15 @@ def test_mla_is_refused_outside_smoke() -> None:
         from_spec(preset("deepseek-v3"))
 
 
-def test_divisibility_errors_name_the_fix() -> None:
+def test_divisibility_errors_name_the_rule_and_the_fix() -> None:
     args = from_spec(preset("tiny"))  # 8 heads, 4 kv heads
-    with pytest.raises(UserError, match="tp=8 must divide num_heads=8 and num_kv_heads=4"):
-        check_divisibility(args, tp=8, cp=1, seq_len=64)
-    with pytest.raises(UserError, match=r"multiple of 2\*cp=6"):
-        check_divisibility(args, tp=1, cp=3, seq_len=64)
+    workload = Workload(global_batch=1, seq_len=64)
+    with pytest.raises(UserError, match=r"tp=8: num_kv_heads=4 is not divisible by tp \[tp_divides_kv_heads\].*fix: "):
+        rules.check(Layout(tp=8), args, workload)
+    with pytest.raises(UserError, match=r"cp=3: seq_len=64 is not divisible by 2\*cp=6 \[cp_splits_sequence\]"):
+        rules.check(Layout(cp=3), args, workload)
+    with pytest.raises(UserError, match="head_dim=3 must be even for RoPE"):
+        check_model(replace(args, head_dim=3))
 
 
 def test_core_attention_is_causal_softmax_attention_with_gqa() -> None:

@@ -11,13 +11,13 @@ from planner.api import evaluate, layout_to_row, make_context, search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cost.comm import AxisBandwidth
-from planner.cost.evaluate import COLUMNS, MESH_ORDERS, RECOMPUTE, SCHEDULES, evaluate_table
+from planner.cost.evaluate import evaluate_table
 from planner.explain import COVARY, NOT_APPLICABLE, Explanation, explain
+from planner.layout import COLUMNS, MESH_ORDERS, RECOMPUTE_NAMES, SCHEDULE_NAMES, SCHEDULES, Workload
 from planner.model import load_model
 from planner.plan import Plan
 from planner.solver.exact import brute_force
 from planner.solver.space import PIN_FIELDS, Pins, SearchLimits
-from planner.workload import Workload
 
 _register_commands()
 ENV = {"COLUMNS": "250", "NO_COLOR": "1"}
@@ -30,15 +30,15 @@ COLUMN_OF = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "micro_batch": "mb"
 # Every value a knob could take on this setup (16 GPUs, 32 layers, 32 heads, batch 64): the oracle tries them all,
 # invalid ones simply give an empty space.
 ALL_VALUES = {"tp": range(1, 17), "pp": range(1, 17), "dp": range(1, 17), "cp": range(1, 17),
-              "micro_batch": range(1, 65), "schedule": SCHEDULES, "virtual_stages": range(1, 9), "zero": range(4),
-              "dp_shard": range(1, 17), "recompute": RECOMPUTE, "sequence_parallel": (False, True)}
+              "micro_batch": range(1, 65), "schedule": SCHEDULE_NAMES, "virtual_stages": range(1, 9), "zero": range(4),
+              "dp_shard": range(1, 17), "recompute": RECOMPUTE_NAMES, "sequence_parallel": (False, True)}
 
 
 def _code(knob: str, value) -> int:  # noqa: ANN001
     if knob == "schedule":
-        return SCHEDULES.index(value)
+        return SCHEDULES[value].code
     if knob == "recompute":
-        return RECOMPUTE.index(value)
+        return RECOMPUTE_NAMES.index(value)
     return int(value)
 
 

@@ -18,11 +18,9 @@ from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.errors import UserError
 from planner.export import TARGETS, export
-from planner.export.torchtitan import SCHEDULE_NAMES
-from planner.layout import Layout
+from planner.layout import SCHEDULES, Layout, Workload
 from planner.model import load_model
 from planner.plan import Plan
-from planner.workload import Workload
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,7 +71,7 @@ def test_torchtitan_toml_names_the_layout(plans: dict[str, Plan], name: str) -> 
     assert train["global_batch_size"] == lay.global_batch
     assert cfg["activation_checkpoint"]["mode"] == lay.recompute
     if lay.pp > 1:
-        assert par["pipeline_parallel_schedule"] == SCHEDULE_NAMES[lay.schedule]
+        assert par["pipeline_parallel_schedule"] == SCHEDULES[lay.schedule].torchtitan
         assert par["pipeline_parallel_microbatch_size"] == lay.micro_batch
         assert train["local_batch_size"] == lay.micro_batch * lay.num_microbatches  # split into pipeline micro-batches
         parts = par["module_fqns_per_model_part"]
@@ -170,7 +168,7 @@ def test_megatron_moe_args() -> None:
     model = load_model("mixtral-8x7b")
     plan = evaluate(model, hardware_profiles.cluster("dgx-h100", nodes=4), Workload(global_batch=64, seq_len=4096),
                     Layout(dp=8, tp=4, ep=8, num_microbatches=8, zero=1, dp_shard=8, recompute="full",
-                           sequence_parallel=True), allow_oom=True)
+                           sequence_parallel=True), allow_oom=True, framework=None)
     args = parse_args(export(plan, "megatron").text)
     assert args["--expert-model-parallel-size"] == "8"
     assert (args["--num-experts"], args["--moe-router-topk"]) == (str(model.moe.num_experts), str(model.moe.top_k))

@@ -10,8 +10,8 @@ import hardware_profiles
 import planner
 from planner.api import make_context
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
+from planner.layout import Workload
 from planner.model import load_model
-from planner.workload import Workload
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,10 @@ from planner.api import make_context
 from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cost.comm import AxisBandwidth
-from planner.cost.evaluate import COLUMNS, evaluate_table
+from planner.cost.evaluate import evaluate_table
 from planner.cost.partition import chunk_partition
+from planner.cost.typed import evaluate_partition, rank_costs
+from planner.layout import COLUMNS, Workload
 from planner.model import preset
 from planner.solver.partition_cpsat import (
     SCHEDULES,
@@ -39,9 +41,7 @@ from planner.solver.partition_cpsat import (
     scale,
     solve_partition,
 )
-from planner.solver.rank_costs import evaluate_partition, rank_costs
-from planner.solver.space import Pins, SearchLimits, expand_shapes, shape_candidates
-from planner.workload import Workload
+from planner.solver.space import Pins, SearchLimits, expand_shapes, shape_candidates, space_of
 
 GB = 1e9
 
@@ -160,7 +160,8 @@ def test_rank_costs_equal_evaluate_table_for_one_type_on_one_gpu() -> None:
     ctx = make_context(model, hardware_profiles.cluster("dgx-h100", nodes=4), Workload(global_batch=64, seq_len=4096))
     bw = AxisBandwidth(ctx.topology)
     limits = SearchLimits(prune_dominated=False)
-    table = expand_shapes(model, 64, shape_candidates(model, 32, 64, 4096, Pins(), limits, 8), Pins(), limits)
+    space = space_of(ctx, Pins(), limits)
+    table = expand_shapes(space, shape_candidates(space))
     rng = np.random.default_rng(0)
     for i in rng.choice(len(table["dp"]), 60, replace=False):
         row = {k: int(table[k][i]) for k in COLUMNS}

@@ -15,10 +15,10 @@ from cli_inputs import check_refusal, invoke, write
 
 import hardware_profiles as hp
 from planner import search
+from planner.layout import Workload
 from planner.model import preset
 from planner.plan import Plan
 from planner.replan import changes, replan
-from planner.workload import Workload
 
 WORKLOAD = Workload(global_batch=16, seq_len=64, dtype="fp32")
 

@@ -14,9 +14,9 @@ from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cli.schema import SCHEMA_FILE, schema_text
 from planner.errors import UserError
+from planner.layout import Workload
 from planner.model import load_model
 from planner.plan import SCHEMA_VERSION, Plan
-from planner.workload import Workload
 
 _register_commands()
 

@@ -19,12 +19,12 @@ import hardware_profiles
 from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
 from planner.cost.evaluate import evaluate_table
+from planner.layout import Workload
 from planner.model import ModelSpec
 from planner.model.spec import MoESpec
 from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
 from planner.solver.exact import brute_force, exact_search
 from planner.solver.space import Pins, SearchLimits
-from planner.workload import Workload
 
 PINS = [
     {},

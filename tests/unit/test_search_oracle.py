@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 import hardware_profiles
 from planner.api import make_context
+from planner.layout import Workload
 from planner.model import ModelSpec
 from planner.solver.exact import brute_force, exact_search
 from planner.solver.space import Pins, SearchLimits
-from planner.workload import Workload
 
 
 @st.composite

@@ -14,10 +14,10 @@ import hardware_profiles
 from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
 from planner.cost.partition import balanced_split
+from planner.layout import Workload
 from planner.model import preset
 from planner.solver.bounds import _distinct_rows, micro_batch_bounds
 from planner.solver.space import Pins, SearchLimits, micro_batch_pairs, shape_candidates
-from planner.workload import Workload
 
 
 def test_distinct_rows_rebuild_every_row() -> None:

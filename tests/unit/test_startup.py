@@ -51,9 +51,8 @@ def test_import_planner_is_light() -> None:
 
 def test_lazy_public_names_resolve() -> None:
     import planner
-    from planner.layout import Layout
+    from planner.layout import Layout, Workload
     from planner.plan import Plan
-    from planner.workload import Workload
 
     assert (planner.Layout, planner.Plan, planner.Workload) == (Layout, Plan, Workload)
     assert callable(planner.sweep) and callable(planner.search) and callable(planner.evaluate)

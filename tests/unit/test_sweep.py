@@ -17,9 +17,9 @@ from planner.api import search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.errors import UserError
+from planner.layout import Workload
 from planner.model import load_model
 from planner.sweep import COLUMNS
-from planner.workload import Workload
 from tests.unit.cli_inputs import check_refusal, invoke
 
 _register_commands()

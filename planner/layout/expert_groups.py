@@ -65,9 +65,13 @@ def ep_problem(layout) -> str | None:
     """Why the executor cannot build `layout`'s EP groups (one line), or None when it can."""
     if layout.ep == 1 or layout_ep_parts(layout) is not None:
         return None
-    sizes = layout.axis_sizes()
-    walk = ", ".join(f"{a}={sizes[a]}" for a in data_axes_inner_first(layout.mesh_axes))
-    return (f"ep={layout.ep} is not a block of the data axes ({walk}, innermost first): EP takes ep consecutive "
+    return not_a_block(layout.ep, layout.axis_sizes(), data_axes_inner_first(layout.mesh_axes))
+
+
+def not_a_block(ep: int, sizes: Mapping[str, int], axes_inner_first: Sequence[str]) -> str:
+    """The one-line reason an EP group of `ep` ranks is not a block of the data axes (`ep_problem`)."""
+    walk = ", ".join(f"{a}={sizes[a]}" for a in axes_inner_first)
+    return (f"ep={ep} is not a block of the data axes ({walk}, innermost first): EP takes ep consecutive "
             "ranks of them, so ep must be a multiple of each axis it spans and divide the axis it ends in")
 
 

@@ -1,0 +1,19 @@
+"""The layout's names and defaults, light enough for the command line to read before anything heavy is loaded.
+
+`planner.layout.table` (codes), `planner.layout.workload` (defaults) and the CLI's choices read them here;
+this module imports nothing (no numpy, no pydantic), like `planner.layout.schedules`.
+"""
+
+from __future__ import annotations
+
+RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
+"""Activation recomputation policies (Korthikanti et al. 2022), by their code in the layout table."""
+
+DEFAULT_MESH_AXES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+"""Mesh axes, outermost first: TP varies fastest (consecutive ranks, inside an NVLink domain), PP slowest."""
+
+DEFAULT_SEQ_LEN = 8192
+"""Default tokens per sequence (Llama 3's pre-training context), capped at the model's max_seq_len."""
+DEFAULT_GLOBAL_BATCH_SEQS = 512
+"""Default sequences per step at the model's default sequence length: 4 Mi tokens at 8192 (Llama 3 405B's
+first training stage, Llama 3 paper Sec. 3.4.1)."""

@@ -1,0 +1,320 @@
+"""The one rule set: every condition a layout must meet, each written once, by name, with its reason and fix.
+
+A rule is a named predicate over layout-table columns (`planner.layout.table`) and a few numbers of the
+model, workload and cluster (`Facts`). The same predicate serves every caller:
+
+- `check(layout, model, workload, gpus)` evaluates it on a one-row table and raises one `UserError` naming
+  every violated rule with its numbers and the fix ("tp=3: num_heads=32 is not divisible by tp ...");
+- `mask(table, facts)` evaluates it on whole columns: the search's choice generators (`planner.layout.choices`)
+  apply each rule as soon as the columns it reads are known, and a `Tally` records which rule removed which
+  candidates, so an empty search can say why;
+- `Layout` itself runs the rules that read no model numbers when it is built.
+
+Frameworks: a rule applies to every framework unless it names some (`frameworks`). `framework=None` applies
+only the generic rules (a cost-model what-if); the default, `meshplan`, is the built-in executor
+(`meshplan run`) and adds how it builds expert-parallel groups. A framework profile selects its extra rules by name through
+`Rule.frameworks`; `FRAMEWORKS` lists the known names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.errors import UserError
+from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
+from planner.layout.schedules import BY_CODE, SCHEDULES
+from planner.layout.table import MESH_ORDERS, layout_to_row
+
+if TYPE_CHECKING:
+    from planner.layout.layout import Layout
+    from planner.model import ModelSpec
+
+DEFAULT_FRAMEWORK = "meshplan"
+FRAMEWORKS: dict[str, str] = {DEFAULT_FRAMEWORK: "meshplan run, the built-in executor (torch.distributed)"}
+"""Known frameworks and what they are; framework profiles add theirs."""
+
+Columns = Mapping[str, Any]  # column name -> numpy array (or a scalar on one-row checks)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The model, workload and cluster numbers rules read; None = unknown (rules that need it are skipped)."""
+
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    ffn_hidden_size: int | None = None
+    expert_ffn_hidden_size: int | None = None  # 0 for dense models
+    num_experts: int | None = None  # 1 for dense models
+    num_layers: int | None = None
+    max_seq_len: int | None = None
+    seq_len: int | None = None
+    global_batch: int | None = None
+    num_gpus: int | None = None
+
+    @classmethod
+    def of(cls, model: ModelSpec | Any = None, workload: Any = None, num_gpus: int | None = None) -> Facts:
+        """Facts of a model spec (or anything with its field names), a `Workload` and a GPU count."""
+        out: dict[str, Any] = {"num_gpus": num_gpus}
+        if model is not None:
+            moe = getattr(model, "moe", None)
+            out.update(num_heads=model.num_heads, num_kv_heads=model.num_kv_heads, ffn_hidden_size=model.ffn_hidden_size,
+                       expert_ffn_hidden_size=moe.expert_ffn_hidden_size if moe else 0,
+                       num_experts=moe.num_experts if moe else 1, num_layers=model.num_layers,
+                       max_seq_len=model.max_seq_len)
+        if workload is not None:
+            out.update(seq_len=workload.seq_len, global_batch=workload.batch)
+        return cls(**out)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One condition on a layout, evaluated over table columns (numpy) or one row alike."""
+
+    name: str
+    columns: tuple[str, ...]  # table columns it reads
+    facts: tuple[str, ...]  # Facts fields it reads
+    holds: Callable[[Columns, Facts], Any]  # True where the layout satisfies the rule
+    says: Callable[[Mapping[str, int], Facts], str]  # the violation, with its numbers
+    fix: str  # may name Facts fields in braces: "use --seq-len <= {max_seq_len}"
+    why: str
+    frameworks: frozenset[str] | None = None  # None: every framework
+
+    def fix_for(self, facts: Facts) -> str:
+        return self.fix.format(**{k: getattr(facts, k) for k in facts.__dataclass_fields__})
+
+    def applies(self, columns: Iterable[str], facts: Facts, framework: str | None) -> bool:
+        """Whether the rule can be evaluated on these columns and facts, for this framework."""
+        if self.frameworks is not None and framework not in self.frameworks:
+            return False
+        return set(self.columns) <= set(columns) and all(getattr(facts, f) is not None for f in self.facts)
+
+
+def _sched(code: int):
+    return BY_CODE[int(code)]
+
+
+def _flag(sched: Any, name: str) -> np.ndarray:
+    """Per row, the registry flag `name` of the row's schedule (`PipelineSchedule` field)."""
+    return np.isin(sched, [s.code for s in SCHEDULES.values() if getattr(s, name)])
+
+
+def _needs_v(sched: Any) -> np.ndarray:
+    return _flag(sched, "virtual_stages")
+
+
+RULES: tuple[Rule, ...] = (
+    # Degrees and their split (no model numbers: `Layout` checks these when it is built).
+    Rule("dp_shard_divides_dp", ("dp", "dp_shard"), (), lambda c, f: c["dp"] % c["dp_shard"] == 0,
+         lambda r, f: f"dp_shard={r['dp_shard']} must divide dp={r['dp']}", "choose a dp_shard that divides dp",
+         "the ZeRO/FSDP sharding groups tile the data-parallel ranks"),
+    Rule("unsharded_without_zero", ("zero", "dp_shard"), (), lambda c, f: (c["zero"] > 0) | (c["dp_shard"] == 1),
+         lambda r, f: f"dp_shard={r['dp_shard']} needs zero >= 1 (ZeRO-0 replicates)", "set dp_shard=1 or zero >= 1",
+         "ZeRO-0 keeps a full replica on every data-parallel rank"),
+    Rule("sequence_parallel_needs_tp", ("sp", "tp"), (), lambda c, f: (c["sp"] == 0) | (c["tp"] > 1),
+         lambda r, f: "sequence_parallel=True needs tp > 1", "turn sequence parallelism off or use tp > 1",
+         "Megatron sequence parallelism splits the sequence over the TP group (Korthikanti et al. 2022)"),
+    Rule("ep_divides_dp_cp", ("ep", "dp", "cp"), (), lambda c, f: (c["dp"] * c["cp"]) % c["ep"] == 0,
+         lambda r, f: f"ep={r['ep']} must divide dp*cp={r['dp'] * r['cp']}", "choose an ep that divides dp*cp",
+         "expert-parallel groups are formed inside the DP x CP ranks"),
+    Rule("virtual_stages_need_pipeline", ("v", "pp"), (), lambda c, f: (c["v"] == 1) | (c["pp"] > 1),
+         lambda r, f: f"virtual_stages={r['v']} needs pp > 1", "use virtual_stages=1 without pipelining",
+         "virtual stages are model chunks of a pipeline rank"),
+    Rule("virtual_stages_need_interleaving", ("v", "sched"), (), lambda c, f: (c["v"] == 1) | _needs_v(c["sched"]),
+         lambda r, f: f"virtual_stages={r['v']} needs an interleaved schedule (got {_sched(r['sched']).name!r})",
+         "use schedule=interleaved or virtual_stages=1", "only interleaved schedules run several chunks per rank"),
+    Rule("interleaving_needs_virtual_stages", ("v", "sched", "pp"), (),
+         lambda c, f: (c["pp"] == 1) | ~_needs_v(c["sched"]) | (c["v"] >= 2),
+         lambda r, f: f"schedule={_sched(r['sched']).name!r} needs virtual_stages >= 2",
+         "use virtual_stages >= 2 or another schedule", "interleaving needs at least two chunks per rank"),
+    Rule("microbatches_per_pipeline_rank", ("m", "pp", "sched"), (),
+         lambda c, f: (c["pp"] == 1) | ~_flag(c["sched"], "needs_microbatches_per_rank") | (c["m"] >= c["pp"]),
+         lambda r, f: f"num_microbatches={r['m']} < pp={r['pp']}: schedule {_sched(r['sched']).name!r} needs at "
+         "least as many micro-batches as pipeline ranks", "use more micro-batches or the gpipe schedule",
+         "1F1B-style schedules have a steady phase of one micro-batch per rank (Narayanan et al. 2021)"),
+    Rule("microbatches_multiple_of_pp", ("m", "pp", "sched"), (),
+         lambda c, f: (c["pp"] == 1) | ~_flag(c["sched"], "microbatches_multiple_of_pp") | (c["m"] % c["pp"] == 0),
+         lambda r, f: f"schedule {_sched(r['sched']).name!r} needs num_microbatches={r['m']} divisible by "
+         f"pp={r['pp']}", "use a multiple of pp micro-batches", "Megatron's interleaving runs micro-batches in groups of pp"),
+    # Against the model, the workload and the cluster.
+    Rule("fits_cluster", ("dp", "tp", "pp", "cp"), ("num_gpus",),
+         lambda c, f: c["dp"] * c["tp"] * c["pp"] * c["cp"] <= f.num_gpus,
+         lambda r, f: f"dp*tp*pp*cp={r['dp'] * r['tp'] * r['pp'] * r['cp']} exceeds the cluster's {f.num_gpus} GPUs",
+         "use fewer ranks or more GPUs (--nodes/--gpus)", "one rank per GPU"),
+    Rule("tp_divides_heads", ("tp",), ("num_heads",), lambda c, f: f.num_heads % c["tp"] == 0,
+         lambda r, f: f"tp={r['tp']}: num_heads={f.num_heads} is not divisible by tp", "choose a tp that divides the heads",
+         "TP splits the attention heads (Megatron column split)"),
+    Rule("tp_divides_kv_heads", ("tp",), ("num_kv_heads",), lambda c, f: f.num_kv_heads % c["tp"] == 0,
+         lambda r, f: f"tp={r['tp']}: num_kv_heads={f.num_kv_heads} is not divisible by tp",
+         "choose a tp that divides the KV heads", "TP splits the KV heads too (meshplan run, Megatron-LM and "
+         "TorchTitan need num_kv_heads % tp == 0; none replicates KV heads)"),
+    Rule("tp_divides_ffn", ("tp",), ("ffn_hidden_size",), lambda c, f: f.ffn_hidden_size % c["tp"] == 0,
+         lambda r, f: f"tp={r['tp']}: ffn_hidden_size={f.ffn_hidden_size} is not divisible by tp",
+         "choose a tp that divides the MLP width", "TP splits the MLP width (Megatron column split)"),
+    Rule("tp_divides_expert_ffn", ("tp",), ("expert_ffn_hidden_size",),
+         lambda c, f: f.expert_ffn_hidden_size % c["tp"] == 0,
+         lambda r, f: f"tp={r['tp']}: expert_ffn_hidden_size={f.expert_ffn_hidden_size} is not divisible by tp",
+         "choose a tp that divides the expert MLP width", "TP splits every expert's MLP like a dense one"),
+    Rule("cp_splits_sequence", ("cp",), ("seq_len",), lambda c, f: (c["cp"] == 1) | (f.seq_len % (2 * c["cp"]) == 0),
+         lambda r, f: f"cp={r['cp']}: seq_len={f.seq_len} is not divisible by 2*cp={2 * r['cp']}",
+         "choose a cp with seq_len divisible by 2*cp", "load-balanced CP chunks, Llama 3 paper Sec. 3.3.2"),
+    Rule("pp_at_most_layers", ("pp",), ("num_layers",), lambda c, f: c["pp"] <= f.num_layers,
+         lambda r, f: f"pp={r['pp']} exceeds num_layers={f.num_layers}", "use at most one pipeline rank per layer",
+         "every pipeline rank holds at least one layer"),
+    Rule("chunks_at_most_layers", ("pp", "v"), ("num_layers",), lambda c, f: (c["v"] == 1) | (c["pp"] * c["v"] <= f.num_layers),
+         lambda r, f: f"pp*virtual_stages={r['pp'] * r['v']} exceeds num_layers={f.num_layers}",
+         "use fewer virtual stages", "every model chunk holds at least one layer"),
+    Rule("ep_divides_experts", ("ep",), ("num_experts",), lambda c, f: f.num_experts % c["ep"] == 0,
+         lambda r, f: f"ep={r['ep']}: num_experts={f.num_experts} is not divisible by ep",
+         "choose an ep that divides the experts", "each expert-parallel rank holds the same number of experts"),
+    Rule("batch_matches", ("dp", "mb", "m"), ("global_batch",),
+         lambda c, f: c["dp"] * c["mb"] * c["m"] == f.global_batch,
+         lambda r, f: f"dp*micro_batch*num_microbatches={r['dp']}*{r['mb']}*{r['m']}={r['dp'] * r['mb'] * r['m']} "
+         f"!= global batch {f.global_batch}", "choose dp, micro_batch and num_microbatches that multiply to the global "
+         "batch (or change --global-batch)", "every sequence of the step is trained exactly once"),
+    Rule("seq_len_fits_model", (), ("seq_len", "max_seq_len"), lambda c, f: f.seq_len <= f.max_seq_len,
+         lambda r, f: f"seq_len={f.seq_len} exceeds the model's max_seq_len={f.max_seq_len}",
+         "use --seq-len <= {max_seq_len}", "the model has no positions beyond its context"),
+    # What the built-in executor cannot run yet.
+    Rule("ep_groups_are_mesh_blocks", ("ep", "dp", "dp_shard", "cp", "order"), (), lambda c, f: _ep_blocks(c),
+         lambda r, f: _ep_text(r), "choose another ep or reorder mesh_axes",
+         "meshplan run builds EP groups as ep consecutive ranks of dp_replicate x dp_shard x cp, TorchTitan-style "
+         "(planner.layout.expert_groups)", frameworks=frozenset({DEFAULT_FRAMEWORK})),
+)
+"""Every rule, by name (see `rule`)."""
+
+
+def _ep_blocks(c: Columns) -> np.ndarray:
+    """Per row: ep == 1, or its EP group is a block of the data axes in the row's axis order (expert_groups)."""
+    ep, dp, shard, cp, order = (np.atleast_1d(np.asarray(c[k])) for k in ("ep", "dp", "dp_shard", "cp", "order"))
+    ep, dp, shard, cp, order = np.broadcast_arrays(ep, dp, shard, cp, order)
+    ok = np.ones(ep.shape, dtype=bool)
+    for code in np.unique(order).tolist():
+        sel = order == code
+        sizes = {"dp_replicate": dp[sel] // shard[sel], "dp_shard": shard[sel], "cp": cp[sel]}
+        ok[sel] = ep_parts(ep[sel], sizes, data_axes_inner_first(MESH_ORDERS[code]))[1]
+    return ok | (ep == 1)
+
+
+def _ep_text(r: Mapping[str, int]) -> str:
+    sizes = {"dp_replicate": r["dp"] // r["dp_shard"], "dp_shard": r["dp_shard"], "cp": r["cp"]}
+    return not_a_block(r["ep"], sizes, data_axes_inner_first(MESH_ORDERS[r["order"]]))
+
+
+def rule(name: str) -> Rule:
+    """The rule called `name`."""
+    for r in RULES:
+        if r.name == name:
+            return r
+    raise KeyError(f"no rule {name!r}; known: {', '.join(r.name for r in RULES)}")
+
+
+def rules_for(framework: str | None) -> tuple[Rule, ...]:
+    """The rules a framework's layouts must meet (generic ones, plus those naming the framework)."""
+    if framework is not None and framework not in FRAMEWORKS:
+        raise UserError(f"unknown framework {framework!r}", where="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
+    return tuple(r for r in RULES if r.frameworks is None or framework in r.frameworks)
+
+
+@dataclass
+class Rejection:
+    """How many candidates one rule removed, and the first of them in words."""
+
+    count: int
+    example: str
+    fix: str
+
+
+@dataclass
+class Tally:
+    """What the rules removed during a search (`mask(..., tally=)`): per rule, and the stages they emptied."""
+
+    by_rule: dict[str, Rejection] = field(default_factory=dict)
+    emptied: list[tuple[str, dict[str, Rejection]]] = field(default_factory=list)
+    """(stage, rejections) of every `mask` call whose rules removed all of its candidates, in call order."""
+
+    def record(self, stage: str, found: dict[str, Rejection], survivors: int) -> None:
+        for name, x in found.items():
+            if name in self.by_rule:
+                self.by_rule[name].count += x.count
+            else:
+                self.by_rule[name] = Rejection(x.count, x.example, x.fix)
+        if found and not survivors:
+            self.emptied.append((stage, found))
+
+    def reason(self) -> str | None:
+        """Why nothing was left, from the first stage the rules emptied: 'no tp is left: tp=3: num_heads=32
+        is not divisible by tp [tp_divides_heads; fix: ...]'; None when no stage was emptied by a rule."""
+        if not self.emptied:
+            return None
+        stage, found = self.emptied[0]
+        items = sorted(found.items(), key=lambda kv: -kv[1].count)
+        what = "; ".join(f"{x.example} [{name}, {_plural(x.count)}; fix: {x.fix}]" for name, x in items)
+        return f"every {stage} candidate breaks a rule: {what}"
+
+
+def _plural(n: int) -> str:
+    return f"{n} candidate" + ("s" if n != 1 else "")
+
+
+def mask(table: Columns, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK, *, tally: Tally | None = None,
+         stage: str = "layout", rules: Iterable[Rule] | None = None) -> np.ndarray:
+    """Rows of `table` that meet every rule evaluable on its columns and `facts` (all rules of `framework`, or
+    the given ones). With `tally`, each removed row is booked to the first rule it breaks, under `stage`."""
+    n = len(next(iter(table.values()))) if table else 1
+    ok = np.ones(n, dtype=bool)
+    found: dict[str, Rejection] = {}
+    for r in rules_for(framework) if rules is None else rules:
+        if not r.applies(table.keys(), facts, framework):
+            continue
+        good = np.broadcast_to(np.asarray(r.holds(table, facts), dtype=bool), (n,))
+        bad = ok & ~good
+        if tally is not None and bad.any():
+            i = int(np.argmax(bad))
+            row = {k: int(np.asarray(v).reshape(-1)[i]) for k, v in table.items()}
+            found[r.name] = Rejection(int(np.count_nonzero(bad)), r.says(row, facts), r.fix_for(facts))
+        ok &= good
+    if tally is not None:
+        tally.record(stage, found, int(np.count_nonzero(ok)))
+    return ok
+
+
+def violations(layout: Layout, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK) -> list[tuple[Rule, str]]:
+    """(rule, what is wrong) for every rule `layout` breaks under `facts` (with its numbers)."""
+    row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
+    out = []
+    for r in rules_for(framework):
+        if r.applies(row.keys(), facts, framework) and not bool(np.all(r.holds(row, facts))):
+            out.append((r, r.says(row, facts)))
+    lp = layout.layer_partition
+    if facts.num_layers is not None and lp is not None and sum(lp) != facts.num_layers:
+        out.append((PARTITION_RULE, f"layer_partition sums to {sum(lp)}, the model has {facts.num_layers} layers"))
+    return out
+
+
+PARTITION_RULE = Rule("partition_covers_layers", (), ("num_layers",), lambda c, f: True, lambda r, f: "",
+                      "give one entry per chunk summing to num_layers", "every layer runs in exactly one chunk")
+"""The layer partition (not a table column) covers every layer once: checked by `violations` on a `Layout`."""
+
+
+def check_inputs(model: Any, workload: Any, gpus: int | None = None) -> None:
+    """Raise one `UserError` for the rules that read no layout (the workload against the model)."""
+    facts = Facts.of(model, workload, gpus)
+    found = [(r, r.says({}, facts)) for r in RULES
+             if not r.columns and r.applies((), facts, None) and not bool(np.all(r.holds({}, facts)))]
+    if found:
+        raise UserError("; ".join(f"{text} [{r.name}]" for r, text in found),
+                        fix="; ".join(dict.fromkeys(r.fix_for(facts) for r, _ in found)))
+
+
+def check(layout: Layout, model: Any = None, workload: Any = None, gpus: int | None = None, *,
+          framework: str | None = DEFAULT_FRAMEWORK) -> None:
+    """Raise one `UserError` naming every rule `layout` breaks for this model, workload and GPU count."""
+    facts = Facts.of(model, workload, gpus)
+    found = violations(layout, facts, framework)
+    if found:
+        raise UserError("invalid layout: " + "; ".join(f"{text} [{r.name}]" for r, text in found),
+                        fix="; ".join(dict.fromkeys(r.fix_for(facts) for r, _ in found)))

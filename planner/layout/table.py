@@ -1,0 +1,92 @@
+"""The integer table encoding of layouts: one row per layout, one numpy column per knob, named codes.
+
+The search evaluates hundreds of thousands of layouts at once as a table: a dict of equal-length int64
+arrays with the columns in `COLUMNS`. Knobs that are not integers travel as codes: the pipeline schedule
+(`ScheduleCode`, the registry's `code`), the recomputation policy (`RecomputeCode`) and the mesh axis order
+(an index into `MESH_ORDERS`). `layout_to_row` turns a `Layout` into a one-row table; `row_to_layout` (in
+`planner.layout.layout`, next to the class) goes back.
+"""
+
+from __future__ import annotations
+
+import itertools
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.layout.names import DEFAULT_MESH_AXES, RECOMPUTE_NAMES
+from planner.layout.schedules import ScheduleCode, schedule
+
+if TYPE_CHECKING:
+    from planner.layout.layout import Layout
+
+COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "mb", "m", "sched", "v", "zero", "dp_shard", "rc", "sp",
+                            "order")
+"""Table columns: degrees, micro_batch (mb), num_microbatches (m), schedule code, virtual_stages (v), ZeRO stage,
+dp_shard, recompute code (rc), sequence_parallel (sp, 0/1), mesh order index."""
+
+FIELD_OF_COLUMN: dict[str, str] = {
+    "dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "mb": "micro_batch", "m": "num_microbatches",
+    "sched": "schedule", "v": "virtual_stages", "zero": "zero", "dp_shard": "dp_shard", "rc": "recompute",
+    "sp": "sequence_parallel", "order": "mesh_axes",
+}
+"""`Layout` field behind each column (what messages and pins call it)."""
+
+__all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_NAMES", "SEARCHED_ORDERS",
+           "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "row_at", "table_of"]
+
+
+RecomputeCode = IntEnum("RecomputeCode", {name.upper(): code for code, name in enumerate(RECOMPUTE_NAMES)})
+"""Codes of the `rc` column: NONE, SELECTIVE, FULL (the order of `names.RECOMPUTE_NAMES`)."""
+
+SEARCHED_ORDERS: tuple[tuple[str, ...], ...] = (
+    DEFAULT_MESH_AXES,  # PP outermost: DP groups stay near each other
+    ("dp_replicate", "dp_shard", "pp", "cp", "tp"),  # DP outermost: pipeline neighbours share hosts
+)
+"""Axis orders the search tries (the first `NUM_SEARCHED_ORDERS` of `MESH_ORDERS`)."""
+MESH_ORDERS: tuple[tuple[str, ...], ...] = SEARCHED_ORDERS + tuple(
+    o for o in itertools.permutations(DEFAULT_MESH_AXES) if o not in SEARCHED_ORDERS
+)
+"""Every axis order by its `order` code; `evaluate` accepts any."""
+NUM_SEARCHED_ORDERS = len(SEARCHED_ORDERS)
+
+
+def layout_to_row(layout: Layout) -> dict[str, np.ndarray]:
+    """One-row table (see `COLUMNS`) of a `Layout`."""
+    values = {
+        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
+        "mb": layout.micro_batch, "m": layout.num_microbatches, "sched": schedule(layout.schedule).code,
+        "v": layout.virtual_stages, "zero": layout.zero, "dp_shard": layout.dp_shard,
+        "rc": RECOMPUTE_NAMES.index(layout.recompute), "sp": int(layout.sequence_parallel),
+        "order": MESH_ORDERS.index(tuple(layout.mesh_axes)),
+    }
+    return {k: np.array([values[k]], dtype=np.int64) for k in COLUMNS}
+
+
+def table_of(row: dict[str, Any]) -> dict[str, np.ndarray]:
+    """One-row table of a row dict (ints per column)."""
+    return {k: np.array([row[k]], dtype=np.int64) for k in COLUMNS}
+
+
+def row_at(table: dict[str, np.ndarray], i: int) -> dict[str, int]:
+    """Row `i` of a table as plain ints."""
+    return {k: int(v[i]) for k, v in table.items()}
+
+
+def axis_sizes(table: dict[str, Any]) -> dict[str, Any]:
+    """Size of every mesh axis per row (dp splits into dp_replicate x dp_shard)."""
+    return {"pp": table["pp"], "dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"],
+            "cp": table["cp"], "tp": table["tp"]}
+
+
+def axis_strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
+    """Stride of `axis` in every row's rank order: the product of the sizes of the axes inside it."""
+    sizes = axis_sizes(table)
+    stride = np.ones(len(table["tp"]), dtype=np.int64)
+    for code in np.unique(table["order"]).tolist():
+        order = MESH_ORDERS[code]
+        sel = table["order"] == code
+        for inner in order[order.index(axis) + 1:]:
+            stride[sel] *= sizes[inner][sel]
+    return stride

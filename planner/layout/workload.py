@@ -1,0 +1,105 @@
+"""`Workload`: what is trained per step (batch, sequence length, precision, optimizer), and its defaults.
+
+The global batch is given either in sequences (`global_batch`) or tokens (`global_batch_tokens`, which
+must be a multiple of `seq_len`); both normalise to `global_batch` sequences.
+
+Defaults, one set for the CLI, the API and `meshplan run`, adapted to the model by `Workload.for_model`:
+  seq_len       DEFAULT_SEQ_LEN = 8192 (Llama 3's pre-training context), capped at the model's max_seq_len;
+  global batch  DEFAULT_GLOBAL_BATCH_SEQS = 512 sequences at the model's default sequence length: 4 Mi tokens
+                at 8192 (Llama 3 405B's first training stage, Llama 3 paper Sec. 3.4.1); a short-context model
+                gets proportionally fewer tokens. With another sequence length the same token budget is cut
+                into budget // seq_len sequences.
+`Workload()` without a model holds the same numbers (8192 tokens, 512 sequences).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.layout.names import DEFAULT_GLOBAL_BATCH_SEQS, DEFAULT_SEQ_LEN
+
+DType = Literal["bf16", "fp16", "fp32", "fp8"]
+
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+class Workload(BaseModel):
+    """One optimizer step of training: global batch, sequence length, compute dtype, optimizer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    global_batch: int | None = Field(None, ge=1, description="Sequences per optimizer step (all DP replicas together).")
+    global_batch_tokens: int | None = Field(None, ge=1, description="Tokens per optimizer step; alternative to global_batch.")
+    seq_len: int = Field(DEFAULT_SEQ_LEN, ge=1, description="Tokens per sequence.")
+    dtype: DType = Field("bf16", description="Compute dtype of matmuls and activations.")
+    optimizer: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW keeps two fp32 moments per parameter.")
+    flash_attention: bool = Field(
+        True,
+        description="Attention runs as a fused FlashAttention kernel (Dao et al. 2022): causal blocks skipped, "
+        "no attention-score activations stored. False models the unfused 2021-era attention.",
+    )
+    overlap_dp_comm: bool = Field(
+        True,
+        description="Data-parallel gradient reduction and parameter gathers overlap with compute (PyTorch DDP/FSDP, "
+        "Megatron --overlap-grad-reduce/--overlap-param-gather). False models a framework that reduces after the "
+        "last backward, like Megatron-LM's 2021 local DDP.",
+    )
+    runtime: Literal["pytorch", "megatron"] = Field(
+        "pytorch",
+        description="Training stack the plan runs on. pytorch (meshplan run, TorchTitan): FSDP2/DDP with "
+        "torch.distributed.pipelining, whose schedules reduce gradients once after the last backward (exposed) "
+        "and keep ZeRO-2/3 gradients and weights unsharded until then. megatron (Megatron-Core): the "
+        "distributed optimizer overlaps the gradient reduce-scatter with the last micro-batch's backward under "
+        "pipeline parallelism too.",
+    )
+    master_weights_fp32: bool = Field(
+        True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
+    )
+
+    @model_validator(mode="after")
+    def _normalise(self) -> Workload:
+        if self.global_batch is None and self.global_batch_tokens is None:
+            object.__setattr__(self, "global_batch", DEFAULT_GLOBAL_BATCH_SEQS)
+        if self.global_batch_tokens is not None:
+            if self.global_batch_tokens % self.seq_len:
+                raise ValueError(
+                    f"global_batch_tokens={self.global_batch_tokens} is not a multiple of seq_len={self.seq_len}"
+                )
+            seqs = self.global_batch_tokens // self.seq_len
+            if self.global_batch is not None and self.global_batch != seqs:
+                raise ValueError(
+                    f"global_batch={self.global_batch} disagrees with global_batch_tokens/seq_len={seqs}; give one"
+                )
+            object.__setattr__(self, "global_batch", seqs)
+        return self
+
+    @classmethod
+    def for_model(cls, model: Any, **given: Any) -> Workload:
+        """The workload for `model` from the fields given (None = not given), defaults adapted to the model:
+        the one place the CLI, the API and `meshplan run` fill in what the user left out."""
+        given = {k: v for k, v in given.items() if v is not None}
+        default_len = min(DEFAULT_SEQ_LEN, int(model.max_seq_len))
+        seq_len = given.setdefault("seq_len", default_len)
+        if "global_batch" not in given and "global_batch_tokens" not in given:
+            budget = DEFAULT_GLOBAL_BATCH_SEQS * default_len  # tokens
+            if budget % seq_len == 0:
+                given["global_batch_tokens"] = budget
+            else:  # the whole sequences that fit in the budget
+                given["global_batch"] = max(1, budget // seq_len)
+        return cls(**given)
+
+    @property
+    def batch(self) -> int:
+        """Global batch in sequences (always set after validation)."""
+        assert self.global_batch is not None
+        return self.global_batch
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def bytes_per_element(self) -> int:
+        return BYTES_PER_ELEMENT[self.dtype]
