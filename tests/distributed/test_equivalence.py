@@ -46,13 +46,10 @@ from typing import Any
 import pytest
 from dist_launch import REPO, tail, torchrun
 from dist_plans import STEERING, TINY_GPT, TINY_MOE_CAPACITY, TINY_MOE_STEERED
+from equivalence_checks import assert_matches_reference
 
 pytestmark = pytest.mark.distributed
 
-LOSS_RTOL = 1e-6
-GRAD_RTOL = 1e-5
-WEIGHT_RTOL = 1e-5
-UPDATE_RTOL = 1e-3
 OPTIMIZER_MEMORY_RTOL = {False: 1e-4, True: 1e-2}  # keyed by "has TP"
 
 
@@ -176,14 +173,7 @@ def _params(kind: str):
 def test_layout_matches_single_process_reference(results, world: int, name: str) -> None:
     got = results(world)
     r = got.get(name)
-    assert r is not None, f"{name} did not run:\n{tail(got['__launch__']['proc'])}"
-    assert "error" not in r, r["error"]
-    assert r["covered"] == r["ref_numel"], f"compared {r['covered']} of {r['ref_numel']} parameters"
-    assert r["init_err"] == 0.0, f"initial weights differ from the reference: {r['init_err']:.2e}"
-    assert r["loss_err"] <= LOSS_RTOL, f"losses {r['losses']} vs reference {r['ref_losses']}"
-    assert r["grad_err"] <= GRAD_RTOL, f"gradient error {r['grad_err']:.2e} (worst: {r['worst_on_rank0']})"
-    assert r["weight_err"] <= WEIGHT_RTOL, f"weight error {r['weight_err']:.2e} (worst: {r['worst_on_rank0']})"
-    assert r["update_err"] <= UPDATE_RTOL, f"update error {r['update_err']:.2e}"
+    assert_matches_reference(r, tail(got["__launch__"]["proc"]))
     case = next(c for c in GROUPS[world] if c["name"] == name)
     if "moe" in json.dumps(case["model"]):
         bound = OPTIMIZER_MEMORY_RTOL[case["layout"].get("tp", 1) > 1]
