@@ -28,6 +28,8 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import make_context
 from planner.cost.evaluate import evaluate_table
 from planner.cost.layout_cost import rank_layers_of
+from planner.explain_text import pct as pct_text
+from planner.explain_text import value_text, verdict, worst_stage
 from planner.layout import Layout, choices, rules
 from planner.layout.rules import DEFAULT_FRAMEWORK, Facts
 from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
@@ -63,14 +65,6 @@ COVARY: dict[str, tuple[str, ...]] = {
     "sequence_parallel": (),
 }
 """Knobs that move with each knob (searched), all others pinned to the plan's values."""
-AXES_OF = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp_replicate", "dp_shard"),
-           "zero": ("dp_replicate", "dp_shard"), "dp_shard": ("dp_shard",)}
-LABEL = dict(BREAKDOWN_TERMS)
-_SHORT = {"compute_s": "compute", "tp_comm_s": "TP communication", "cp_comm_s": "CP communication",
-          "ep_comm_s": "EP all-to-all", "pp_comm_s": "PP send/recv", "dp_comm_s": "DP/FSDP communication",
-          "bubble_s": "the pipeline bubble", "optimizer_s": "the optimizer step"}
-
-
 class Alternative(BaseModel):
     """The best feasible layout with the knob changed, and how it compares with the plan."""
 
@@ -109,12 +103,6 @@ class Explanation(BaseModel):
     stored_step_time_s: float = Field(description="The step time stored in the plan file (s).")
     flash_attention: bool = Field(description="Cost-model option the plan's prediction was reproduced with.")
     knobs: tuple[KnobExplanation, ...]
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _row(plan: Plan) -> dict[str, int]:
@@ -228,36 +216,11 @@ def _full_plan(ctx: Any, row: dict[str, int]) -> Plan:
     return api.build_plan(ctx, row, api.best_rank_layers(ctx, row), proven=False)
 
 
-def _worst_stage(plan: Plan) -> str:
-    worst = max(plan.prediction.memory_per_stage, key=lambda s: s.total_bytes - s.capacity_bytes)
-    return (f"stage {worst.stage} needs {worst.total_bytes / GiB:.1f} GiB of "
-            f"{worst.capacity_bytes / GiB:.1f} GiB")
-
-
-def _domains(plan: Plan, axes: tuple[str, ...]) -> int:
-    """Scale-up (NVLink) domains spanned by rank 0's group along `axes` (hosts without a rack-scale domain)."""
-    lay = plan.layout
-    sizes = dict(zip(lay.mesh_axes, lay.mesh_shape))
-    dom = plan.inputs.cluster.get("nvlink_domain") or {}
-    hosts_per_domain = int(dom.get("hosts", 1))
-    ranks = [0]
-    for axis in axes:  # rank 0's group: vary the group's axes, others at 0
-        stride = int(np.prod([sizes[a] for a in lay.mesh_axes[lay.mesh_axes.index(axis) + 1:]], dtype=np.int64))
-        ranks = [r + j * stride for r in ranks for j in range(sizes[axis])]
-    return len({plan.placement[r].host // hosts_per_domain for r in ranks})
-
-
-def _scaleup_word(plan: Plan) -> str:
-    groups = plan.inputs.cluster.get("host_groups") or [{}]
-    link = str(groups[0].get("node", {}).get("scaleup_link") or "")
-    return "NVLink domains" if link.startswith("nvlink") else "hosts"
-
-
 def _alternative(knob: str, base: Plan, alt: Plan) -> Alternative:
     b, a = base.prediction.breakdown, alt.prediction.breakdown
     deltas = {f: getattr(a, f) - getattr(b, f) for f, _ in BREAKDOWN_TERMS}
     return Alternative(
-        value=_text(getattr(alt.layout, knob)), layout=alt.layout, step_time_s=alt.prediction.step_time_s,
+        value=value_text(getattr(alt.layout, knob)), layout=alt.layout, step_time_s=alt.prediction.step_time_s,
         delta_pct=100 * (alt.prediction.step_time_s / base.prediction.step_time_s - 1), term_deltas_s=deltas,
         main_term=max(deltas, key=lambda f: deltas[f]), peak_memory_bytes=alt.prediction.peak_memory_bytes,
     )
@@ -270,46 +233,6 @@ NOT_APPLICABLE = {
     "dp_shard": ("zero", None, "needs ZeRO >= 1 and dp > 1"),
     "sequence_parallel": ("tp", 1, "needs tp > 1"),
 }
-SHOWN_WITH = ("tp", "pp", "dp", "cp", "micro_batch", "schedule", "virtual_stages", "zero", "sequence_parallel")
-"""Knobs listed next to a runner-up when they differ from the plan (what else had to change)."""
-
-
-def _pct(value: float) -> str:
-    return f"{value:.2f}" if abs(value) < 0.1 else f"{value:.1f}"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n != 1 else f"1 {word.removesuffix('s')}"
-
-
-def _verdict(knob: str, base: Plan, alt: Plan | None, ru: Alternative | None, no_fit: str | None,
-             blocked: str | None, lone: bool = False) -> str:
-    name = knob.upper() if knob in ("tp", "pp", "dp", "cp", "ep") else knob
-    if ru is None or alt is None:
-        text = f"{'the other' if lone else 'every other'} {name} {no_fit}" if no_fit else f"no valid layout with another {name}"
-        return text + (f"; {blocked}" if blocked else "")
-    head = f"{name}={ru.value}"
-    others = [f"{k}={_text(getattr(alt.layout, k))}" for k in SHOWN_WITH
-              if k != knob and getattr(alt.layout, k) != getattr(base.layout, k)
-              and not (k == "sequence_parallel" and alt.layout.tp == 1)]
-    if others:
-        head += f" (with {', '.join(others)})"
-    axes = AXES_OF.get(knob)
-    if axes and int(np.prod([alt.layout.axis_sizes()[a] for a in axes])) > 1:
-        d0, d1 = _domains(base, axes), _domains(alt, axes)
-        if d1 != d0:
-            head += f" {'spans' if d1 > d0 else 'stays in'} {_plural(d1, _scaleup_word(alt))} (was {d0})"
-    if ru.delta_pct < -1e-7:
-        return (f"{head} is {_pct(-ru.delta_pct)} % faster: the plan is not the optimum along this knob (pinned, or "
-                "outside the searched space)")
-    if ru.delta_pct <= 1e-7:
-        return f"{head} ties (same step time)"
-    term = ru.main_term
-    text = (f"{head}: +{_pct(ru.delta_pct)} % step time, most in {_SHORT[term]} "
-            f"(+{ru.term_deltas_s[term]:.3g} s)")
-    return text + (f"; {blocked}" if blocked else "")
-
-
 def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobExplanation:
     """Runner-up and verdict for one knob (see module docstring)."""
     lay = base.layout
@@ -319,7 +242,7 @@ def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobE
     if not values and knob in NOT_APPLICABLE:
         field, bad, why = NOT_APPLICABLE[knob]
         if bad is None or getattr(lay, field) == bad:
-            return KnobExplanation(knob=knob, plan_value=_text(getattr(lay, knob)), tried=(), verdict=why)
+            return KnobExplanation(knob=knob, plan_value=value_text(getattr(lay, knob)), tried=(), verdict=why)
     best: tuple[float, dict[str, int]] | None = None
     least: tuple[float, dict[str, int]] | None = None
     fixed = _fixed(knob, lay)
@@ -334,11 +257,11 @@ def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobE
     no_fit = None
     if alt is None and least is not None:
         oom = _full_plan(ctx, least[1])
-        no_fit = f"does not fit (least memory: {knob}={_text(getattr(oom.layout, knob))}, {_worst_stage(oom)})"
+        no_fit = f"does not fit (least memory: {knob}={value_text(getattr(oom.layout, knob))}, {worst_stage(oom)})"
     blocked = _blocked(knob, values, base, ctx, limits.framework)
-    return KnobExplanation(knob=knob, plan_value=_text(getattr(lay, knob)), tried=tuple(_text(v) for v in values),
+    return KnobExplanation(knob=knob, plan_value=value_text(getattr(lay, knob)), tried=tuple(value_text(v) for v in values),
                            runner_up=ru, no_fit=no_fit, blocked_by_memory=blocked,
-                           verdict=_verdict(knob, base, alt, ru, no_fit, blocked, lone=len(values) == 1))
+                           verdict=verdict(knob, base, alt, ru, no_fit, blocked, lone=len(values) == 1))
 
 
 def _blocked(knob: str, values: list[Any], base: Plan, ctx: Any, framework: str | None) -> str | None:
@@ -353,7 +276,7 @@ def _blocked(knob: str, values: list[Any], base: Plan, ctx: Any, framework: str 
     i = int(faster[np.argmin(res.step_time_s[faster])])
     oom = _full_plan(ctx, row_at(table, i))
     pct = 100 * (1 - oom.prediction.step_time_s / base.prediction.step_time_s)
-    return f"{knob}={_text(getattr(cands[i], knob))} would be {_pct(pct)} % faster but does not fit: {_worst_stage(oom)}"
+    return f"{knob}={value_text(getattr(cands[i], knob))} would be {pct_text(pct)} % faster but does not fit: {worst_stage(oom)}"
 
 
 def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
@@ -367,7 +290,7 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
         if k not in seen:
             seen.add(k)
             cands.append(lay.model_copy(update={"mesh_axes": order}))
-    plan_value = _text(lay.mesh_axes)
+    plan_value = value_text(lay.mesh_axes)
     if not cands:
         return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=(),
                                verdict="only one axis is larger than 1: the order does not matter")
@@ -375,9 +298,8 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
     i = int(np.argmin(np.where(res.fits, res.step_time_s, np.inf)))
     alt = _full_plan(ctx, row_at(table, i))
     ru = _alternative("mesh_axes", base, alt)
-    verdict = _verdict("mesh order", base, alt, ru, None, None)
-    return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=tuple(_text(c.mesh_axes) for c in cands),
-                           runner_up=ru, verdict=verdict)
+    return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=tuple(value_text(c.mesh_axes) for c in cands),
+                           runner_up=ru, verdict=verdict("mesh order", base, alt, ru, None, None))
 
 
 def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS) -> Explanation:
