@@ -17,7 +17,7 @@ from planner.cost.partition import balanced_split
 from planner.layout import Workload
 from planner.model import preset
 from planner.solver.bounds import _distinct_rows, micro_batch_bounds
-from planner.solver.space import Pins, SearchLimits, micro_batch_pairs, shape_candidates
+from planner.solver.space import Pins, SearchLimits, micro_batch_pairs, shape_candidates, space_of
 
 
 def test_distinct_rows_rebuild_every_row() -> None:
@@ -45,13 +45,16 @@ def test_balanced_split_with_single_stage_rows_equals_row_by_row() -> None:
 
 
 def test_micro_batch_bounds_equal_row_by_row_on_a_cluster_tp_does_not_tile() -> None:
-    # 600 GPUs: tp = 16 does not divide them, so its TP world depends on the ranks in use.
-    model = preset("llama3-70b")
+    # 600 GPUs: tp = 16 does not divide them, so its TP world depends on the ranks in use (GPT-3 175B: its
+    # 96 KV heads allow tp = 16).
+    model = preset("gpt3-175b")
     cluster = hardware_profiles.cluster("dgx-a100", gpus=600)
-    ctx = make_context(model, cluster, Workload(global_batch=1200, seq_len=4096))
+    ctx = make_context(model, cluster, Workload(global_batch=1200, seq_len=2048))
     pins, limits = Pins({}), SearchLimits()
-    shapes = shape_candidates(model, 600, 1200, 4096, pins, limits, 8)
-    idx, mb = micro_batch_pairs(1200, shapes, pins, limits)
+    space = space_of(ctx, pins, limits)
+    shapes = shape_candidates(space)
+    assert 16 in shapes[0]
+    idx, mb = micro_batch_pairs(space, shapes)
     rows = np.random.default_rng(2).choice(len(idx), 400, replace=False)
     cols = [a[idx[rows]] for a in shapes]
     bw = AxisBandwidth(ctx.topology)
