@@ -22,19 +22,11 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.attention.bias import causal_lower_right
 
+from executor.cp_chunks import cp_chunks, cp_positions
 from executor.layers import repeat_kv
 from executor.model import Transformer
 
-
-def cp_chunks(cp_rank: int, cp: int) -> tuple[int, int]:
-    """Global chunk indices held by `cp_rank`: (i, 2cp-1-i)."""
-    return cp_rank, 2 * cp - 1 - cp_rank
-
-
-def cp_positions(seq_len: int, cp_rank: int, cp: int) -> torch.Tensor:
-    """Absolute positions of the tokens a CP rank holds, in its local order (length seq_len // cp)."""
-    c = seq_len // (2 * cp)
-    return torch.cat([torch.arange(g * c, (g + 1) * c) for g in cp_chunks(cp_rank, cp)])
+__all__ = ["apply_cp", "cp_chunks", "cp_positions", "cp_shard"]
 
 
 def cp_shard(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 1) -> torch.Tensor:

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from executor.cp_chunks import cp_positions
+
 
 def route(probs: torch.Tensor, top_k: int, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, chosen experts), both (N, k), from router probabilities (N, E); weights sum to 1 per token."""
@@ -66,8 +68,6 @@ def capacity_mask(chosen: torch.Tensor, factor: float, num_experts: int, shard: 
     """Bool (B, S_local, k): the assignments served under capacity `factor`, decided per whole sequence."""
     if shard.size == 1:
         return within_capacity(chosen, num_experts, capacity(chosen.shape[1], chosen.shape[2], num_experts, factor))
-    from executor.cp import cp_positions  # executor.cp imports the model, which imports this module
-
     gathered = [torch.empty_like(chosen) for _ in range(shard.size)]
     dist.all_gather(gathered, chosen.contiguous(), group=shard.group)
     seq = chosen.shape[1] * shard.size

@@ -168,7 +168,8 @@ RULES: tuple[Rule, ...] = (
          lambda r, f: f"pp*virtual_stages={r['pp'] * r['v']} exceeds num_layers={f.num_layers}",
          "use fewer virtual stages", "every model chunk holds at least one layer"),
     Rule("ep_divides_experts", ("ep",), ("num_experts",), lambda c, f: f.num_experts % c["ep"] == 0,
-         lambda r, f: f"ep={r['ep']}: num_experts={f.num_experts} is not divisible by ep",
+         lambda r, f: f"ep={r['ep']}: num_experts={f.num_experts} is not divisible by ep"
+         + (" (a dense model: no experts to shard)" if f.num_experts == 1 else ""),
          "choose an ep that divides the experts", "each expert-parallel rank holds the same number of experts"),
     Rule("batch_matches", ("dp", "mb", "m"), ("global_batch",),
          lambda c, f: c["dp"] * c["mb"] * c["m"] == f.global_batch,
@@ -178,7 +179,11 @@ RULES: tuple[Rule, ...] = (
     Rule("seq_len_fits_model", (), ("seq_len", "max_seq_len"), lambda c, f: f.seq_len <= f.max_seq_len,
          lambda r, f: f"seq_len={f.seq_len} exceeds the model's max_seq_len={f.max_seq_len}",
          "use --seq-len <= {max_seq_len}", "the model has no positions beyond its context"),
-    # What the built-in executor cannot run yet.
+    # Framework rules: what one framework needs beyond the generic rules (`frameworks` names it). The search,
+    # `explain`, `meshplan evaluate` and the executor's plan check select them through `rules_for(framework)`;
+    # a rule may read columns of several knob groups (as this one: ep with dp, dp_shard, cp and the axis
+    # order): the search applies every rule again over each expanded table. `meshplan run` (framework
+    # "meshplan"), how its executor composes expert parallelism with the data axes:
     Rule("ep_groups_are_mesh_blocks", ("ep", "dp", "dp_shard", "cp", "order"), (), lambda c, f: _ep_blocks(c),
          lambda r, f: _ep_text(r), "choose another ep or reorder mesh_axes",
          "meshplan run builds EP groups as ep consecutive ranks of dp_replicate x dp_shard x cp, TorchTitan-style "
@@ -194,13 +199,14 @@ def _ep_blocks(c: Columns) -> np.ndarray:
     ok = np.ones(ep.shape, dtype=bool)
     for code in np.unique(order).tolist():
         sel = order == code
-        sizes = {"dp_replicate": dp[sel] // shard[sel], "dp_shard": shard[sel], "cp": cp[sel]}
+        # dp_replicate >= 1 even where dp_shard does not divide dp (dp_shard_divides_dp reports that row)
+        sizes = {"dp_replicate": np.maximum(dp[sel] // shard[sel], 1), "dp_shard": shard[sel], "cp": cp[sel]}
         ok[sel] = ep_parts(ep[sel], sizes, data_axes_inner_first(MESH_ORDERS[code]))[1]
     return ok | (ep == 1)
 
 
 def _ep_text(r: Mapping[str, int]) -> str:
-    sizes = {"dp_replicate": r["dp"] // r["dp_shard"], "dp_shard": r["dp_shard"], "cp": r["cp"]}
+    sizes = {"dp_replicate": max(r["dp"] // r["dp_shard"], 1), "dp_shard": r["dp_shard"], "cp": r["cp"]}
     return not_a_block(r["ep"], sizes, data_axes_inner_first(MESH_ORDERS[r["order"]]))
 
 

@@ -71,10 +71,10 @@ def test_expert_parallel_checks() -> None:
     plan's experts; otherwise one line names the rule and the fix."""
     check_plan(make_plan("tiny-moe", Layout(dp=2, ep=2, zero=3, dp_shard=2, micro_batch=4)), smoke=False, where="p")
     check_plan(make_plan("tiny-moe", Layout(dp=2, cp=2, ep=4, zero=0, micro_batch=4)), smoke=True, where="p")
-    with pytest.raises(UserError, match="ep=2 needs a mixture-of-experts model.*a dense model") as exc:
+    with pytest.raises(UserError, match=r"ep=2: num_experts=1 is not divisible by ep \(a dense model.*\[ep_divides_experts\]") as exc:
         check_plan(make_plan("tiny", Layout(dp=2, ep=2, micro_batch=4)), smoke=False, where="p")
     assert "fix:" in str(exc.value) and "\n" not in str(exc.value)
-    with pytest.raises(UserError, match="ep=3 needs .*num_experts=4"):
+    with pytest.raises(UserError, match=r"ep=3: num_experts=4 is not divisible by ep \[ep_divides_experts\]"):
         check_plan(make_plan("tiny-moe", Layout(dp=3, ep=3, micro_batch=1, num_microbatches=8)), smoke=True,
                    where="p")
     # cp=2 is the innermost data axis and ep=3 neither divides it nor is a multiple of it.

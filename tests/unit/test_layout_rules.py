@@ -82,16 +82,20 @@ def test_tp_must_divide_the_kv_heads_in_search_and_explain_alike() -> None:
         evaluate(preset("llama3-70b"), cluster, Workload(global_batch=64, seq_len=4096), Layout(tp=16, dp=2))
 
 
-def test_expert_parallelism_is_a_meshplan_rule_the_search_respects() -> None:
-    cluster = hardware_profiles.cluster("local-cpu", gpus=8)
-    workload = Workload(global_batch=16, seq_len=64)
-    plans = search(preset("tiny-moe"), cluster, workload, top=5)
-    assert all(p.layout.ep == 1 for p in plans)
-    with pytest.raises(InfeasibleError, match=r"ep=2: meshplan run does not shard experts.*ep_needs_expert_parallel"):
-        search(preset("tiny-moe"), cluster, workload, ep=2)
-    assert search(preset("tiny-moe"), cluster, workload, ep=2, framework=None)[0].layout.ep == 2
+def test_expert_parallel_groups_are_a_meshplan_rule_the_search_respects() -> None:
+    """meshplan run builds EP groups as blocks of the data axes: the search never plans another, and a plan
+    that is not one is refused by name; other frameworks' what-ifs (framework=None) are not held to it."""
+    model = preset("tiny-moe").model_copy(update={"moe": preset("tiny-moe").moe.model_copy(update={"num_experts": 6})})
+    layout = Layout(dp=12, zero=3, dp_shard=4, ep=6, micro_batch=1)  # EP 6 over dp_shard 4: not a block
+    workload = Workload(global_batch=12, seq_len=64)
+    with pytest.raises(UserError, match=r"ep=6 is not a block of the data axes.*\[ep_groups_are_mesh_blocks\]"):
+        rules.check(layout, model, workload, 12)
+    rules.check(layout, model, workload, 12, framework=None)
+    cluster = hardware_profiles.cluster("local-cpu", gpus=12)
+    plans = search(model, cluster, workload, top=5, ep=6)
+    assert plans and all(not rules.violations(p.layout, Facts.of(model, workload, 12)) for p in plans)
     with pytest.raises(UserError, match="unknown framework 'nosuch'"):
-        search(preset("tiny-moe"), cluster, workload, framework="nosuch")
+        search(model, cluster, workload, framework="nosuch")
 
 
 def test_expert_mlp_width_is_checked_against_tp() -> None:
@@ -132,4 +136,3 @@ def test_cli_plans_the_tiny_model_with_its_defaults() -> None:
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
     assert plan["inputs"]["workload"]["seq_len"] == 64 and plan["inputs"]["workload"]["global_batch"] == 512
-    assert plan["layout"]["ep"] == 1
