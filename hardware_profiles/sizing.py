@@ -44,6 +44,9 @@ def _requested_sizes(spec: ClusterSpec, where: str, nodes: int | None, gpus: int
         if virtual or gpus <= gpn:
             return 1, gpus
         hosts = -(-gpus // gpn)
+        if spec.network is None and spec.nvlink_domain is None:
+            raise ProfileError(f"gpus={gpus} needs {hosts} hosts of {gpn} GPUs but this is a single-host profile",
+                               where=where, allowed=f"gpus=1..{gpn}")
         if gpus % hosts:
             lo, hi = (hosts - 1) * gpn, hosts * gpn
             raise ProfileError(
