@@ -48,7 +48,18 @@ def _cached_topology(cluster: Any):
 
 
 def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
-    """The cost context; a `flash_attention` option is folded into the workload so plans record it."""
+    """The cost context; a `flash_attention` option is folded into the workload so plans record it, and a
+    `framework` option (`planner.frameworks`) sets the workload's runtime costs to that framework's, checks
+    the model and workload against it, and makes the search keep only layouts it can build."""
+    from planner.frameworks import framework, workload_for
+
+    profile = framework(options.pop("framework", None))
+    workload = workload_for(profile, workload)
+    problems = profile.model_problems(model, workload)
+    if problems:
+        raise UserError(problems[0], where=f"--framework {profile.name}",
+                        fix="plan for another framework (--framework) or change the model / workload")
+    options["framework"] = profile.name
     if options.get("flash_attention") is not None:
         workload = workload.model_copy(update={"flash_attention": bool(options.pop("flash_attention"))})
     options.pop("flash_attention", None)
@@ -155,12 +166,15 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
     )
     inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
+    from planner.frameworks import framework
+
+    notes = (*notes, *framework(ctx.framework).notes(layout, ctx.model, ctx.workload))
     if layout.pp > 1 and layout.zero >= 2:
         notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
                  "pipeline schedule keeps gradients (and ZeRO-3's gathered weights) unsharded until the step's one "
                  "gradient reduction, so only the optimizer state is sharded; costed that way")
     return Plan(inputs=inputs, layout=layout, placement=_placement(ctx, W), prediction=prediction,
-                proven_optimal=proven, notes=notes)
+                proven_optimal=proven, notes=notes, framework=ctx.framework)
 
 
 MAX_PIN_VALUE = 2**31 - 1
@@ -168,7 +182,7 @@ MAX_PIN_VALUE = 2**31 - 1
 
 def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
     limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages"}
-    context_names = {"flash_attention", "dropout"}
+    context_names = {"flash_attention", "dropout", "framework"}
     layout_pins = {k: v for k, v in pins.items() if v is not None and k not in limit_names | context_names}
     unknown = set(layout_pins) - set(PIN_FIELDS)
     if unknown:
@@ -191,6 +205,10 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
 def search_result(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, keep_all: bool = False,
                   **pins: Any) -> tuple[CostContext, SearchResult]:
     """Run the exact search; returns the context and the raw result (rows, stats)."""
+    from planner.frameworks import framework
+    from planner.frameworks.search import check_pins
+
+    check_pins(framework(pins.get("framework")), pins)
     layout_pins, limits, options = _split_pins(pins)
     ctx = make_context(model, cluster, workload, **options)
     return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
@@ -233,7 +251,9 @@ def search(model: ModelSpec, cluster: Any, workload: Workload, top: int = 1, **p
     """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`).
 
     `schedule`, `recompute` and `zero` also take a tuple of allowed values, to search only what a framework
-    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`)."""
+    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`). `framework="torchtitan"`
+    (any of `planner.frameworks.NAMES`; default meshplan's own executor) plans for that framework: only
+    layouts it can build, costed with its runtime; the plans record it."""
     ctx, result = search_result(model, cluster, workload, top=top, **pins)
     return plans_from_result(ctx, result, pins)
 
@@ -280,9 +300,15 @@ def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
 
 def evaluate(model: ModelSpec, cluster: Any, workload: Workload, layout: Layout, *, allow_oom: bool = False,
              **options: Any) -> Plan:
-    """The prediction for exactly this layout; raises UserError if it is invalid or (unless allow_oom) does not fit."""
+    """The prediction for exactly this layout; raises UserError if it is invalid, if the framework (option
+    `framework`, default meshplan's executor) cannot build it, or (unless allow_oom) if it does not fit."""
     check_against_model(layout, model, workload, int(cluster.num_gpus))
     ctx = make_context(model, cluster, workload, **options)
+    from planner.frameworks import framework
+
+    breaches = framework(ctx.framework).breaches(layout, model, ctx.workload)
+    if breaches:
+        raise UserError(f"{framework(ctx.framework).label()} cannot run {layout.describe()}: " + "; ".join(map(str, breaches)))
     row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
     refined = None
     if layout.layer_partition is not None or layout.pp == 1:

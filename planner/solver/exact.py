@@ -27,6 +27,7 @@ import numpy as np
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import COLUMNS, TableResult, evaluate_table
+from planner.frameworks.search import framework_pins
 from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
 from planner.solver.space import (
     Pins,
@@ -87,6 +88,7 @@ def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False
 ) -> SearchResult:
     """The `top` best feasible layouts under the cost model (see module docstring)."""
+    pins = framework_pins(ctx, pins)
     bw = AxisBandwidth(ctx.topology)
     n_gpus = int(ctx.cluster.num_gpus)
     shapes = shape_candidates(ctx.model, n_gpus, ctx.workload.batch, ctx.workload.seq_len, pins, limits,
@@ -175,6 +177,7 @@ def brute_force(
     from dataclasses import replace
 
     limits = replace(limits, prune_dominated=not include_dominated)
+    pins = framework_pins(ctx, pins)
     bw = AxisBandwidth(ctx.topology)
     shapes = shape_candidates(ctx.model, int(ctx.cluster.num_gpus), ctx.workload.batch, ctx.workload.seq_len, pins,
                               limits, nvlink_domain_size(ctx.cluster))

@@ -18,6 +18,7 @@ HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,8 @@ class Pins:
     """User-fixed knobs (layout field names); everything not pinned is searched."""
 
     values: dict[str, Any] = field(default_factory=dict)
+    keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
+    """Row filter of the framework the search plans for (`planner.frameworks`): True for rows it can build."""
 
     def __post_init__(self) -> None:
         unknown = set(self.values) - set(PIN_FIELDS)
@@ -222,4 +225,8 @@ def expand_pairs(
         "rc": np.array(rcs, dtype=np.int64)[d_rc] if rcs else np.zeros(0, dtype=np.int64), "sp": sp,
         "order": np.array(orders, dtype=np.int64)[d_order],
     }
-    return {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
+    table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
+    if pins.keep is not None and len(table["dp"]):
+        rows = np.nonzero(pins.keep(table))[0]
+        table = {k: v[rows] for k, v in table.items()}
+    return table
