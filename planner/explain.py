@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner import api
 from planner.cost.comm import AxisBandwidth
 from planner.cost.evaluate import COLUMNS, MESH_ORDERS, SCHEDULES, evaluate_table
+from planner.errors import UserError
 from planner.layout import Layout
 from planner.plan import Plan
 from planner.render import BREAKDOWN_TERMS
@@ -107,7 +108,7 @@ def _row(plan: Plan) -> dict[str, int]:
     return {k: int(v[0]) for k, v in api.layout_to_row(plan.layout).items()}
 
 
-def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
+def context_for_plan(plan: Plan, framework: str | None = None) -> tuple[Any, Plan]:
     """Cost context reproducing the plan's stored prediction, and the plan re-costed in it.
 
     Plans do not record the FlashAttention option, so both settings are tried; if neither reproduces the
@@ -123,7 +124,7 @@ def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
     # The workload records the FlashAttention setting the plan was costed with; plans written before it did
     # are reproduced with either setting.
     for flash in (workload.flash_attention, not workload.flash_attention):
-        ctx = api.make_context(model, cluster, workload, flash_attention=flash)
+        ctx = api.make_context(model, cluster, workload, flash_attention=flash, framework=framework or plan.framework)
         again = api.build_plan(ctx, _row(plan), rank_layers, proven=plan.proven_optimal,
                                chunks=plan.layout.layer_partition)
         first = first or (ctx, again)
@@ -341,12 +342,17 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
     lay = base.layout
     sizes = lay.axis_sizes()
     key = tuple(a for a in lay.mesh_axes if sizes[a] > 1)
+    from planner.frameworks import framework
+
+    profile = framework(ctx.framework)
     seen, cands = {key}, []
     for order in MESH_ORDERS:
         k = tuple(a for a in order if sizes[a] > 1)
         if k not in seen:
             seen.add(k)
-            cands.append(lay.model_copy(update={"mesh_axes": order}))
+            cand = lay.model_copy(update={"mesh_axes": order})
+            if not profile.breaches(cand, ctx.model, ctx.workload):  # only orders the framework can build
+                cands.append(cand)
     plan_value = _text(lay.mesh_axes)
     if not cands:
         return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=(),
@@ -360,8 +366,20 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
                            runner_up=ru, verdict=verdict)
 
 
-def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS) -> Explanation:
-    """Why `plan` wins, knob by knob (see module docstring)."""
+def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS, framework: str | None = None) -> Explanation:
+    """Why `plan` wins, knob by knob (see module docstring), among the layouts its framework (or `framework`,
+    after checking the plan against that framework's rules) can build."""
+    if framework is not None and framework != plan.framework:
+        from planner.frameworks import framework as profile_of
+        from planner.frameworks import without_runtime
+
+        profile = profile_of(framework)
+        breaches = profile.breaches(plan.layout, plan.inputs.model, plan.inputs.workload)
+        if breaches:
+            raise UserError(f"{profile.label()} cannot run this plan: " + "; ".join(map(str, breaches)),
+                            fix=f"re-plan it: meshplan replan PLAN.json --framework {framework}")
+        plan = plan.model_copy(update={"framework": framework,
+                                       "inputs": plan.inputs.model_copy(update={"workload": without_runtime(plan.inputs.workload)})})
     ctx, base = context_for_plan(plan)
     lay = base.layout
     n = int(ctx.cluster.num_gpus)

@@ -53,6 +53,19 @@ class RuntimeChoice(str, Enum):
     megatron = "megatron"
 
 
+class FrameworkChoice(str, Enum):
+    """`planner.frameworks.NAMES` (a test checks they agree)."""
+
+    meshplan = "meshplan"
+    torchtitan = "torchtitan"
+    megatron = "megatron"
+    deepspeed = "deepspeed"
+
+
+FRAMEWORK_HELP = ("Training framework to plan for: meshplan (meshplan run), torchtitan (0.3.0), megatron (core_v0.19) "
+                  "or deepspeed (0.19.8); only layouts it can build, costed with its runtime. (default: meshplan)")
+
+
 class RecomputeChoice(str, Enum):
     none = "none"
     selective = "selective"
@@ -99,7 +112,8 @@ INPUTS = OptionGroup("inputs", (
          "compute (e.g. Megatron-LM without --overlap-grad-reduce).", _IN, default=False),
     _opt("runtime", RuntimeChoice, "--runtime",
          "Training stack: pytorch (meshplan run, TorchTitan; PP reduces gradients after the last backward) or "
-         "megatron (Megatron-Core; overlapped under PP too). (default: pytorch)", _IN),
+         "megatron (Megatron-Core; overlapped under PP too). (default: the --framework's)", _IN),
+    _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
 PINS = OptionGroup("pins", (
@@ -166,11 +180,15 @@ class Inputs:
     cluster: Any  # hardware_profiles.Cluster
     workload: Workload
     flash_attention: bool = True
+    framework: str = "meshplan"
 
     @property
     def options(self) -> dict[str, Any]:
         """Cost-model options for `planner.api` (only those that differ from the defaults)."""
-        return {} if self.flash_attention else {"flash_attention": False}
+        options: dict[str, Any] = {} if self.flash_attention else {"flash_attention": False}
+        if self.framework != "meshplan":
+            options["framework"] = self.framework
+        return options
 
 
 def given(raw: dict[str, Any]) -> bool:
@@ -201,15 +219,20 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     seq_len = raw.get("seq_len") or DEFAULT_SEQ_LEN
     if batch is None and tokens is None:
         tokens = DEFAULT_GLOBAL_BATCH_TOKENS
+    # Runtime costs given explicitly win over the framework's own (planner.frameworks.workload_for), so they
+    # are passed only when given.
+    runtime = raw.get("runtime")
+    explicit: dict[str, Any] = {"runtime": getattr(runtime, "value", runtime)} if runtime is not None else {}
+    if raw.get("no_dp_overlap"):
+        explicit["overlap_dp_comm"] = False
     try:
-        runtime = raw.get("runtime")
-        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len,
-                            overlap_dp_comm=not raw.get("no_dp_overlap"),
-                            runtime=getattr(runtime, "value", runtime) or "pytorch")
+        workload = Workload(global_batch=batch, global_batch_tokens=tokens, seq_len=seq_len, **explicit)
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
-    return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"))
+    framework = raw.get("framework")
+    return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
+                  framework=getattr(framework, "value", framework) or "meshplan")
 
 
 def inputs_of_plan(plan: Any) -> Inputs:
@@ -217,7 +240,7 @@ def inputs_of_plan(plan: Any) -> Inputs:
     import hardware_profiles
 
     cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
-    return Inputs(model=plan.inputs.model, cluster=cluster, workload=plan.inputs.workload)
+    return Inputs(model=plan.inputs.model, cluster=cluster, workload=plan.inputs.workload, framework=plan.framework)
 
 
 def _flag_message(err: dict[str, Any]) -> str:

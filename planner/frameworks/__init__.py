@@ -52,4 +52,12 @@ def workload_for(profile: FrameworkProfile, workload: Workload) -> Workload:
     return workload.model_copy(update=update) if update else workload
 
 
-__all__ = ["DEFAULT", "NAMES", "PROFILES", "Breach", "FrameworkProfile", "Rule", "framework", "workload_for"]
+def without_runtime(workload: Workload) -> Workload:
+    """The workload with its runtime costs unset, so the next framework's apply (re-planning a plan made for
+    another framework, whose recorded runtime was that framework's)."""
+    from planner.workload import Workload
+
+    return Workload(**workload.model_dump(exclude={"runtime", "overlap_dp_comm"}))
+
+
+__all__ = ["DEFAULT", "NAMES", "PROFILES", "Breach", "FrameworkProfile", "Rule", "framework", "without_runtime", "workload_for"]
