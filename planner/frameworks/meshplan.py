@@ -14,7 +14,7 @@ def _dtype(model, workload) -> str | None:
 PROFILE = FrameworkProfile(
     name="meshplan",
     title="meshplan run",
-    release="(this version)",
+    release="",
     pip="pip install meshplan",
     schedules={"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
                "zb-h1": "ScheduleInterleavedZeroBubble, one chunk per rank"},

@@ -98,7 +98,7 @@ class FrameworkProfile:
         return {"schedule": tuple(self.schedules), "recompute": tuple(self.recompute), "zero": tuple(self.zero)}
 
     def label(self) -> str:
-        return f"{self.title} {self.release}"
+        return f"{self.title} {self.release}".strip()
 
     # Vectorised checks --------------------------------------------------------------------------
     def feature_violations(self, t: Table) -> np.ndarray:
