@@ -1,7 +1,7 @@
 """Pieces of the shell scripts the framework exports are: an argument array and the torchrun line.
 
 The argument array is written one option (with its values) per line between `NAME=(` and `)`, shell-quoted,
-so `meshplan export --check` reads back exactly what the script passes (`read_array`), without running it.
+so `meshplan export --check` reads back exactly what the script passes (`checks.shell_text.read_array`).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 
 from planner.export import LaunchShape
+from planner.export.checks.shell_text import read_array, read_heredoc
 
 
 def shell_array(name: str, args: list[str]) -> str:
@@ -21,22 +22,6 @@ def shell_array(name: str, args: list[str]) -> str:
             groups[-1].append(a)
     body = "".join("  " + " ".join(shlex.quote(x) for x in g) + "\n" for g in groups)
     return f"{name}=(\n{body})\n"
-
-
-def read_array(text: str, name: str) -> list[str]:
-    """The arguments of the array `name` in an exported script (the inverse of `shell_array`)."""
-    lines = text.splitlines()
-    start = lines.index(f"{name}=(")
-    end = lines.index(")", start)
-    return [tok for line in lines[start + 1:end] for tok in shlex.split(line)]
-
-
-def read_heredoc(text: str, marker: str) -> str:
-    """The body of the here-document ending in `marker` (the config-registry module of a TorchTitan export)."""
-    lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.rstrip().endswith(f"<<'{marker}'"))
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].rstrip("\n") == marker)
-    return "".join(lines[start + 1:end])
 
 
 def torchrun(shape: LaunchShape, program: str, rdzv_port: int = 29500) -> str:

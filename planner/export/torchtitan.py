@@ -144,8 +144,11 @@ def arguments(plan: Plan, module: str, config: str) -> list[str]:
         args += ["--parallelism.fsdp_reshard_after_forward", policy]
     if lay.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", PROFILE.schedules[lay.schedule],
-                 "--parallelism.pipeline_parallel_microbatch_size", str(lay.micro_batch),
-                 "--training.disable_cuda_graphs"]  # TorchTitan: "CUDA graphs do not support pipeline parallelism"
+                 "--parallelism.pipeline_parallel_microbatch_size", str(lay.micro_batch)]
+    if lay.pp > 1 or lay.ep > 1:
+        # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism", nor the
+        # all-to-all token dispatcher of expert parallelism.
+        args.append("--training.disable_cuda_graphs")
     args.append(f"activation-checkpoint:{'full' if lay.recompute == 'full' else 'none'}")  # tyro subcommand, last
     return args
 
