@@ -31,3 +31,13 @@ def read_heredoc(text: str, marker: str) -> str | None:
 def strip_comments(text: str) -> str:
     """The text without its leading `#` header lines (an exported DeepSpeed config is hjson with a header)."""
     return "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
+
+
+def read_exports(text: str) -> dict[str, str]:
+    """The `export NAME=VALUE` environment lines of a script (comments after the value dropped)."""
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line and "$" not in line:
+            name, value = line[len("export "):].split("=", 1)
+            env[name.strip()] = shlex.split(value, comments=True)[0]
+    return env
