@@ -30,7 +30,7 @@ def torchrun(shape: LaunchShape, program: str, rdzv_port: int = 29500) -> str:
     if shape.nnodes == 1:
         return f"torchrun --standalone --nnodes 1 --nproc-per-node {shape.nproc_per_node} {program}"
     return (f"torchrun --nnodes {shape.nnodes} --nproc-per-node {shape.nproc_per_node} "
-            f'--node-rank "${{NODE_RANK:-${{SLURM_NODEID:?set NODE_RANK to this host\'s index}}}}" '
+            f'--node-rank "${{NODE_RANK:-${{SLURM_NODEID:?set NODE_RANK to the index of this host}}}}" '
             f'--master-addr "${{MASTER_ADDR:?set MASTER_ADDR to the first host}}" --master-port {rdzv_port} {program}')
 
 

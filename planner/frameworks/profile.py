@@ -51,7 +51,7 @@ class Breach:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.message} [{self.rule}]; fix: {self.fix}"
+        return f"{self.message} [{self.rule}: {self.fix}]"
 
 
 @dataclass(frozen=True)
