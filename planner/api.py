@@ -234,9 +234,14 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
         return (f"{ctx.model.name} does not fit on {n} x {ctx.gpu.name} with {what}: every allowed shape leaves more "
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
     if why.kind == "batch":
-        what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
+        from planner.frameworks import framework
+
+        profile = framework(ctx.framework)
+        rules = ", ".join(r.name for r in profile.rules)
+        what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None and k != "framework") or "no pins"
         return (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
-                f"{ctx.workload.batch} ({what}); fix: relax the pins or change --global-batch to a multiple of the DP degrees")
+                f"{ctx.workload.batch} ({what}) that {profile.label()} can build (its rules: {rules or 'none'}); fix: "
+                "relax the pins, change --global-batch to a multiple of the DP degrees, or plan for another --framework")
     assert result.best_infeasible is not None
     row, peak = result.best_infeasible
     layout = row_to_layout(row, None)

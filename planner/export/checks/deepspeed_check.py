@@ -6,22 +6,18 @@
 (MiCS), validates every section with its pydantic models and checks the batch identity against the
 data-parallel size it gets from the process group (a fake one of the plan's world size) or, with TP/PP, from
 an mpu reporting world / (T x P) as Megatron-DeepSpeed's does. Every top-level key of the file must also be
-read by DeepSpeed: one it never looks at would be silently ignored. Prints one JSON line {"ok", "message"};
-exit 0 when it loads, 1 when DeepSpeed refuses, 3 when it is not installed.
+read by DeepSpeed: one it never looks at would be silently ignored. Prints one JSON line per export (check_main).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+sys.path.insert(0, str(Path(__file__).parent))
+from check_main import run  # noqa: E402
 
 
 class _Mpu:
@@ -52,7 +48,7 @@ class _Tracked(dict):
         return super().__contains__(key)
 
 
-def check(path: str, world_size: int, tp: int, pp: int) -> str:
+def check(path: str, world_size: int, tp: int = 1, pp: int = 1, **_: object) -> str:
     import deepspeed.comm
     import hjson
     import torch.distributed as dist
@@ -75,29 +71,12 @@ def check(path: str, world_size: int, tp: int, pp: int) -> str:
             f"dp {config.world_size}; ZeRO stage {config.zero_optimization_stage}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("config")
-    parser.add_argument("--world-size", type=int, required=True)
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--pp", type=int, default=1)
-    a = parser.parse_args()
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError as exc:
-        print(json.dumps({"ok": False, "message": f"deepspeed is not importable here ({exc})"}))
-        return 3
-    log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log):
-            message = check(a.config, a.world_size, a.tp, a.pp)
-    except Exception as exc:  # what DeepSpeed raises is the answer, whatever its type
-        traceback.print_exc()
-        print(json.dumps({"ok": False, "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}))
-        return 1
-    print(json.dumps({"ok": True, "message": message}))
-    return 0
+def reset() -> None:
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    _Tracked.read = set()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(check, reset, "deepspeed"))

@@ -7,22 +7,17 @@ through Megatron-LM's own `parse_args` (an unknown flag is an error, not ignored
 `TransformerConfig` comes from `core_transformer_config_from_args`. Without one, megatron-core alone builds
 `TransformerConfig` from the parallel and model arguments (the flag names are then not checked). Either
 way `parallel_state.initialize_model_parallel` builds every process group of the layout on a fake process
-group of the plan's world size, in the order the arguments select. Prints one JSON line {"ok", "message"};
-exit 0 when it builds, 1 when Megatron refuses, 3 when megatron-core is not installed.
+group of the plan's world size, in the order the arguments select. Prints one JSON line per export (check_main).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from check_main import run  # noqa: E402
 from shell_text import read_array, read_exports  # noqa: E402
 
 # Arguments pretrain_gpt.py needs that are not the plan's business (data, tokenizer, schedule of the run).
@@ -84,15 +79,17 @@ def _core_only(args: list[str]):
     return TransformerConfig(**kw)
 
 
-def check(text: str, world_size: int, megatron_lm: str | None) -> str:
+def check(path: str, world_size: int, megatron_lm: str | None = None, **_: object) -> str:
     import torch.distributed as dist
     from megatron.core import parallel_state
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    text = Path(path).read_text()
     args = read_array(text, "MEGATRON_ARGS")
     os.environ.update(read_exports(text))  # the environment the script sets (CUDA_DEVICE_MAX_CONNECTIONS)
     if megatron_lm:
-        sys.path.insert(0, megatron_lm)
+        if megatron_lm not in sys.path:
+            sys.path.insert(0, megatron_lm)
         config, parsed = _with_megatron_lm(args, world_size)
         how = "Megatron-LM parse_args + validate_args"
         vpp, instances = parsed.virtual_pipeline_model_parallel_size, parsed.num_distributed_optimizer_instances
@@ -116,32 +113,13 @@ def check(text: str, world_size: int, megatron_lm: str | None) -> str:
             f"ep={config.expert_model_parallel_size} dp={dp}, order {order}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("script")
-    parser.add_argument("--world-size", type=int, required=True)
-    parser.add_argument("--megatron-lm", default=os.environ.get("MEGATRON_LM"))
-    a = parser.parse_args()
-    try:
-        import megatron.core  # noqa: F401
-    except ImportError as exc:
-        print(json.dumps({"ok": False, "message": f"megatron-core is not importable here ({exc})"}))
-        return 3
-    log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            message = check(Path(a.script).read_text(), a.world_size, a.megatron_lm)
-    except SystemExit as exc:  # argparse: an unknown or malformed flag
-        print(json.dumps({"ok": False, "message": f"Megatron-LM rejected the arguments (exit {exc.code}): "
-                          + " ".join(log.getvalue().split())[-400:]}))
-        return 1
-    except Exception as exc:  # what Megatron raises is the answer, whatever its type
-        traceback.print_exc()
-        print(json.dumps({"ok": False, "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}))
-        return 1
-    print(json.dumps({"ok": True, "message": message}))
-    return 0
+def reset() -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(check, reset, "megatron.core"))

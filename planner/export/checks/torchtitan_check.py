@@ -1,32 +1,26 @@
 """Load a meshplan TorchTitan 0.3 export with the installed TorchTitan, build it on a fake process group.
 
-    python torchtitan_check.py SCRIPT --world-size N      # in an interpreter with torchtitan (standard library + it)
+    python torchtitan_check.py SCRIPT --world-size N      # in an interpreter with torchtitan (see check_main)
 
 Steps, each TorchTitan's own code: `ConfigManager().parse_args` on the script's TITAN_ARGS (with its
 config-registry entry on sys.path), `ParallelDims.from_config` + `build_mesh` on a fake process group of the
 plan's world size (rank 0), the Trainer's sequence-length and batch checks, the model built on the meta
 device, then `pipelining_fn` (PP) or `parallelize_fn`: TP, CP, activation checkpointing, FSDP/HSDP/DDP, EP.
-Prints one JSON line {"ok", "message"}; exit 0 when everything builds, 1 when TorchTitan refuses, 3 when it is
-not installed.
+Prints one JSON line per export (check_main).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
-import os
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from check_main import run  # noqa: E402
 from shell_text import read_array, read_heredoc  # noqa: E402
 
 
-def check(text: str, world_size: int) -> str:
+def check(path: str, world_size: int, **_: object) -> str:
     import torch
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -34,11 +28,13 @@ def check(text: str, world_size: int) -> str:
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.distributed.parallel_dims import ParallelDims
 
+    text = Path(path).read_text()
     entry = read_heredoc(text, "PY")
     if entry is not None:
         folder = tempfile.mkdtemp(prefix="meshplan-titan-")
         Path(folder, "meshplan_titan.py").write_text(entry)
         sys.path.insert(0, folder)
+        sys.modules.pop("meshplan_titan", None)
     args = read_array(text, "TITAN_ARGS")
     config = ConfigManager().parse_args(args)
     if not torch.cuda.is_available():
@@ -82,32 +78,12 @@ def check(text: str, world_size: int) -> str:
             f"{len(parts)} model part(s) on rank 0 ({params:,} parameter elements)")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("script")
-    parser.add_argument("--world-size", type=int, required=True)
-    a = parser.parse_args()
-    try:
-        import torchtitan  # noqa: F401
-    except ImportError as exc:
-        print(json.dumps({"ok": False, "message": f"torchtitan is not importable here ({exc})"}))
-        return 3
-    os.environ.setdefault("TORCHTITAN_LOG_LEVEL", "ERROR")
-    log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log):
-            message = check(Path(a.script).read_text(), a.world_size)
-    except SystemExit as exc:  # tyro prints its own usage error
-        print(json.dumps({"ok": False, "message": f"TorchTitan rejected the arguments (exit {exc.code}): "
-                          + " ".join(log.getvalue().split())[-400:]}))
-        return 1
-    except Exception as exc:  # what TorchTitan raises is the answer, whatever its type
-        traceback.print_exc()  # to stderr, for the record; the one-line answer goes to stdout
-        print(json.dumps({"ok": False, "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}))
-        return 1
-    print(json.dumps({"ok": True, "message": message}))
-    return 0
+def reset() -> None:
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    sys.modules.pop("meshplan_titan", None)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(check, reset, "torchtitan"))
