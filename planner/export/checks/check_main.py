@@ -6,6 +6,8 @@ interpreter): one export, or a batch of them in one process so the framework is 
 
 Prints one JSON line {"path", "ok", "message"} per export. Exit status (single export): 0 it builds, 1 the
 framework refuses it, 3 the framework is not installed; a batch exits 0 once every case has been answered.
+Each case runs in a child forked after the framework is imported: the process groups, meshes, environment
+variables and module caches one build leaves behind cannot leak into the next.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import io
 import json
 import os
+import sys
 import traceback
 from collections.abc import Callable
 
@@ -41,11 +44,25 @@ def run(check: Callable[..., str], reset: Callable[[], None], module: str) -> in
         cases = [{"path": a.export, "world_size": a.world_size, "tp": a.tp, "pp": a.pp}]
     ok = True
     for case in cases:
-        answer = _one(check, case, a.megatron_lm)
-        print(json.dumps({"path": case["path"], **answer}), flush=True)
-        ok &= answer["ok"]
-        with contextlib.suppress(Exception):
-            reset()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork() if hasattr(os, "fork") else 0
+        if pid == 0:  # the child (or the only process where there is no fork)
+            answer = _one(check, case, a.megatron_lm)
+            print(json.dumps({"path": case["path"], **answer}), flush=True)
+            if hasattr(os, "fork"):
+                sys.stderr.flush()
+                os._exit(0 if answer["ok"] else 1)
+            ok &= answer["ok"]
+            with contextlib.suppress(Exception):
+                reset()
+            continue
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 1):  # the child died before answering (a crash inside the framework)
+            print(json.dumps({"path": case["path"], "ok": False, "message": f"the check crashed (exit {code})"}),
+                  flush=True)
+        ok &= code == 0
     return 0 if a.batch or ok else 1
 
 
