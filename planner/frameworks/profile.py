@@ -97,6 +97,16 @@ class FrameworkProfile:
         """The framework's allowed values of the set-valued pins (`planner.solver.space.SET_PIN_FIELDS`)."""
         return {"schedule": tuple(self.schedules), "recompute": tuple(self.recompute), "zero": tuple(self.zero)}
 
+    def search_entry(self) -> dict[str, dict[str, Any]]:
+        """The profile in the shape of `benchmarks/published_runs.py`'s FRAMEWORKS entries (pins of the feature
+        sets, and the workload's runtime costs), so a run made with a current release can name its profile there."""
+        features: dict[str, Any] = dict(self.allowed())
+        if not self.cp:
+            features["cp"] = 1
+        if not self.ep:
+            features["ep"] = 1
+        return {"features": features, "workload": {"overlap_dp_comm": self.overlap_dp_comm, "runtime": self.runtime}}
+
     def label(self) -> str:
         return f"{self.title} {self.release}".strip()
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import hardware_profiles
 import planner
-from planner.api import evaluate, layout_to_row, make_context, row_to_layout
+from planner.api import evaluate, make_context, row_to_layout
 from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.cli.options import FrameworkChoice
@@ -153,3 +153,13 @@ def test_cli_plan_replan_and_explain_with_a_framework(tmp_path) -> None:
     ev = CliRunner().invoke(app, ["evaluate", *base, "--framework", "deepspeed", "--cp", "2", "--tp", "2",
                                   "--sequence-parallel"], env=env)
     assert ev.exit_code == 2 and "[deepspeed.cp:" in ev.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_profile_pins_the_search_like_a_published_runs_entry(name: str) -> None:
+    """`search_entry()` has the published-runs FRAMEWORKS shape; searching with its pins finds the framework's best."""
+    entry = framework(name).search_entry()
+    workload = WORKLOAD.model_copy(update=entry["workload"])
+    pinned = planner.search(LLAMA, CLUSTER, workload, top=1, **entry["features"])[0]
+    native = planner.search(LLAMA, CLUSTER, WORKLOAD, top=1, framework=name)[0]
+    assert pinned.prediction.step_time_s <= native.prediction.step_time_s + 1e-12  # the rules only remove layouts

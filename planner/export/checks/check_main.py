@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -23,7 +22,8 @@ import traceback
 from collections.abc import Callable
 
 
-def run(check: Callable[..., str], reset: Callable[[], None], module: str) -> int:
+def run(check: Callable[..., str], reset: Callable[[], None], probe: Callable[[], None]) -> int:
+    """Answer every case; `probe` imports the framework (ImportError: not installed)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("export", nargs="?")
     parser.add_argument("--world-size", type=int)
@@ -33,9 +33,9 @@ def run(check: Callable[..., str], reset: Callable[[], None], module: str) -> in
     parser.add_argument("--batch")
     a = parser.parse_args()
     try:
-        importlib.import_module(module)
+        probe()
     except ImportError as exc:
-        print(json.dumps({"path": a.export, "ok": False, "message": f"{module} is not importable here ({exc})"}))
+        print(json.dumps({"path": a.export, "ok": False, "message": f"the framework is not importable here ({exc})"}))
         return 3
     if a.batch:
         with open(a.batch, encoding="utf-8") as f:

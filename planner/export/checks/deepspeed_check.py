@@ -71,6 +71,10 @@ def check(path: str, world_size: int, tp: int = 1, pp: int = 1, **_: object) -> 
             f"dp {config.world_size}; ZeRO stage {config.zero_optimization_stage}")
 
 
+def _probe() -> None:
+    import deepspeed  # noqa: F401
+
+
 def reset() -> None:
     import torch.distributed as dist
 
@@ -79,4 +83,4 @@ def reset() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run(check, reset, "deepspeed"))
+    sys.exit(run(check, reset, _probe))

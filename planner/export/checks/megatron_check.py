@@ -113,6 +113,10 @@ def check(path: str, world_size: int, megatron_lm: str | None = None, **_: objec
             f"ep={config.expert_model_parallel_size} dp={dp}, order {order}")
 
 
+def _probe() -> None:
+    import megatron.core  # noqa: F401
+
+
 def reset() -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -122,4 +126,4 @@ def reset() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run(check, reset, "megatron.core"))
+    sys.exit(run(check, reset, _probe))

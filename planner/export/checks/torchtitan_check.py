@@ -78,6 +78,10 @@ def check(path: str, world_size: int, **_: object) -> str:
             f"{len(parts)} model part(s) on rank 0 ({params:,} parameter elements)")
 
 
+def _probe() -> None:
+    import torchtitan  # noqa: F401
+
+
 def reset() -> None:
     import torch.distributed as dist
 
@@ -86,4 +90,4 @@ def reset() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run(check, reset, "torchtitan"))
+    sys.exit(run(check, reset, _probe))
