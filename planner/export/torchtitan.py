@@ -39,8 +39,9 @@ REGISTRY_MODULE = "meshplan_titan"
 REGISTRY_FUNCTION = "meshplan_config"
 
 
-def chunk_modules(num_layers: int, partition: tuple[int, ...]) -> list[list[str]]:
-    """TorchTitan module FQNs of each model chunk: embeddings on the first, norm + output head on the last."""
+def chunk_modules(num_layers: int, partition: tuple[int, ...], head: str = "lm_head") -> list[list[str]]:
+    """TorchTitan module FQNs of each model chunk: embeddings on the first, norm + output head on the last (the
+    head is `lm_head` in 0.3, `output` in 0.2)."""
     parts, start = [], 0
     for c, n in enumerate(partition):
         names = [f"layers.{i}" for i in range(start, start + n)]
@@ -48,7 +49,7 @@ def chunk_modules(num_layers: int, partition: tuple[int, ...]) -> list[list[str]
         if c == 0:
             names.insert(0, "tok_embeddings")
         if c == len(partition) - 1:
-            names += ["norm", "lm_head"]
+            names += ["norm", head]
         parts.append(names)
     assert start == num_layers
     return parts

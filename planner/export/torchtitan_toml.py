@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from planner.export import ExportResult, header
+from planner.export.torchtitan import chunk_modules
 from planner.frameworks.torchtitan import PROFILE as TITAN_0_3
 
 if TYPE_CHECKING:
@@ -38,21 +39,6 @@ def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return json.dumps(value)
-
-
-def chunk_modules(num_layers: int, partition: tuple[int, ...]) -> list[list[str]]:
-    """TorchTitan module FQNs of each model chunk: embeddings on the first, norm + output on the last."""
-    parts, start = [], 0
-    for c, n in enumerate(partition):
-        names = [f"layers.{i}" for i in range(start, start + n)]
-        start += n
-        if c == 0:
-            names.insert(0, "tok_embeddings")
-        if c == len(partition) - 1:
-            names += ["norm", "output"]
-        parts.append(names)
-    assert start == num_layers
-    return parts
 
 
 def export(plan: Plan, **_: Any) -> ExportResult:
@@ -91,7 +77,7 @@ def export(plan: Plan, **_: Any) -> ExportResult:
     if lay.pp > 1:
         par["pipeline_parallel_schedule"] = SCHEDULE_NAMES[lay.schedule]
         par["pipeline_parallel_microbatch_size"] = lay.micro_batch
-        par["module_fqns_per_model_part"] = chunk_modules(model.num_layers, lay.partition(model.num_layers))
+        par["module_fqns_per_model_part"] = chunk_modules(model.num_layers, lay.partition(model.num_layers), head="output")
     text = header(plan, PROFILE)
     for section, fields in sections.items():
         text += f"\n[{section}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in fields.items())
