@@ -130,10 +130,11 @@ class Plan(_Frozen):
     prediction: Prediction
     proven_optimal: bool = Field(False, description="True when the search proved no better layout exists under the cost model.")
     notes: tuple[str, ...] = ()
-    framework: Literal["meshplan", "torchtitan", "megatron", "deepspeed"] = Field(
+    framework: Literal["meshplan", "torchtitan", "megatron", "deepspeed", "any"] = Field(
         "meshplan",
         description="Training framework the plan was made for (planner.frameworks): the search kept only layouts "
-        "it can build and costed its runtime. meshplan = meshplan's own executor (`meshplan run`).",
+        "it can build and costed its runtime. meshplan = meshplan's own executor (`meshplan run`); any = no "
+        "framework's rules (what-if studies of other software).",
     )
 
     @model_validator(mode="after")

@@ -98,10 +98,12 @@ def check_for(plan: Plan, target: str, *, replan: bool = False) -> tuple[Plan, l
         raise UserError(f"{profile.label()} cannot run this plan{made}: " + "; ".join(map(str, breaches)),
                         fix=f"re-plan for it: add --replan, or meshplan replan PLAN.json --framework {profile.name}")
     elif plan.framework != profile.name:
-        made = framework(plan.framework)
-        if (made.runtime, made.overlap_dp_comm) != (profile.runtime, profile.overlap_dp_comm):
-            warnings.append(f"the plan was made for {made.label()} and costed with its runtime ({made.runtime}); "
-                            f"{profile.label()} runs {profile.runtime}: re-plan with --replan for its own prediction")
+        made, w = framework(plan.framework), plan.inputs.workload
+        if (w.runtime, w.overlap_dp_comm) != (profile.runtime, profile.overlap_dp_comm):
+            overlap = "" if w.overlap_dp_comm == profile.overlap_dp_comm else ", data-parallel overlap differs"
+            warnings.append(f"the plan was made for {made.label()} and costed with its runtime ({w.runtime}); "
+                            f"{profile.label()} runs {profile.runtime}{overlap}: re-plan with --replan for its own "
+                            "prediction")
     warnings += profile.notes(plan.layout, plan.inputs.model, plan.inputs.workload)
     return plan, warnings
 

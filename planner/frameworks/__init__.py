@@ -22,15 +22,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.errors import UserError
-from planner.frameworks import deepspeed, megatron, meshplan, torchtitan
+from planner.frameworks import deepspeed, megatron, meshplan, torchtitan, unrestricted
 from planner.frameworks.profile import Breach, FrameworkProfile, Rule
 
 if TYPE_CHECKING:
     from planner.workload import Workload
 
-PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in
-                                         (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE, deepspeed.PROFILE)}
-NAMES: tuple[str, ...] = tuple(PROFILES)
+PUBLIC = (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE, deepspeed.PROFILE)
+NAMES: tuple[str, ...] = tuple(p.name for p in PUBLIC)
+"""The frameworks a user plans for (`--framework`)."""
+PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (*PUBLIC, unrestricted.PROFILE)}
+"""NAMES plus "any" (`planner.frameworks.unrestricted`: no rules, for what-if studies of other software)."""
 DEFAULT = "meshplan"
 
 
@@ -47,6 +49,8 @@ def framework(name: str | FrameworkProfile | None) -> FrameworkProfile:
 def workload_for(profile: FrameworkProfile, workload: Workload) -> Workload:
     """The workload with the framework's runtime costs, except where the user set them explicitly (a what-if:
     `Workload(runtime=...)`, `--runtime`, `--no-dp-overlap` win over the framework's own)."""
+    if not profile.runtime:  # "any": no runtime of its own
+        return workload
     update = {k: v for k, v in (("runtime", profile.runtime), ("overlap_dp_comm", profile.overlap_dp_comm))
               if k not in workload.model_fields_set}
     return workload.model_copy(update=update) if update else workload
