@@ -33,8 +33,10 @@ DP_OUTER = ("dp_replicate", "dp_shard", "pp", "cp", "tp")
 
 def test_the_cli_choices_are_the_profiles() -> None:
     assert tuple(c.value for c in FrameworkChoice) == NAMES == ("meshplan", "torchtitan", "megatron", "deepspeed")
-    for p in PROFILES.values():
+    for name in NAMES:
+        p = PROFILES[name]
         assert p.export_target and p.pip and set(p.recompute) <= {"none", "selective", "full"}
+    assert set(PROFILES) == {*NAMES, "any"} and not PROFILES["any"].rules  # "any": what-if studies, no rules
 
 
 @pytest.mark.parametrize("name", NAMES)
