@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from planner.cost.evaluate import MESH_ORDERS
 from planner.frameworks.profile import FrameworkProfile, Rule
 
 
@@ -9,6 +12,21 @@ def _dtype(model, workload) -> str | None:
     if workload.dtype in ("fp16", "fp8"):
         return (f"meshplan run trains bf16 (GPU) or fp32, not {workload.dtype} (executor.train.param_dtype_for)")
     return None
+
+
+def _ep_not_a_block(t, model, workload) -> np.ndarray:
+    """Rows whose EP group is not a block of the data axes in their mesh order (planner.expert_groups, the rule
+    executor.train.check_plan applies)."""
+    from planner.expert_groups import data_axes_inner_first, ep_parts
+
+    bad = np.zeros(len(t["ep"]), dtype=bool)
+    sizes = {"dp_replicate": t["dp"] // t["dp_shard"], "dp_shard": t["dp_shard"], "cp": t["cp"]}
+    for code in np.unique(t["order"]).tolist():
+        rows = t["order"] == code
+        _, ok = ep_parts(t["ep"][rows], {k: v[rows] for k, v in sizes.items()},
+                         data_axes_inner_first(MESH_ORDERS[int(code)]))
+        bad[rows] = (t["ep"][rows] > 1) & ~ok
+    return bad
 
 
 PROFILE = FrameworkProfile(
@@ -26,16 +44,16 @@ PROFILE = FrameworkProfile(
           3: "fully_shard(reshard_after_forward=True); HSDP on (dp_replicate x cp, dp_shard)"},
     unsupported={},
     cp="all-gathered K/V over 2*cp load-balanced chunks (Llama 3 paper Sec. 3.3.2; executor.cp)",
-    ep="",
+    ep="ep consecutive ranks of dp_replicate x dp_shard x cp in the plan's axis order (planner.expert_groups)",
     mesh_orders=None,
     runtime="pytorch",
     overlap_dp_comm=True,
     fused_elementwise="eager PyTorch kernels (no torch.compile)",
     export_target="torchrun",
     rules=(
-        Rule("meshplan.ep", "meshplan run keeps every expert on every rank (executor.moe): ep={ep} cannot run",
-             "plan with ep=1, or for a framework with expert parallelism (--framework megatron|torchtitan|deepspeed)",
-             lambda t, model, w: t["ep"] > 1),
+        Rule("meshplan.ep-group", "meshplan run forms an EP group from ep consecutive ranks of the data axes "
+             "(planner.expert_groups): ep={ep} is not a block of them in the order {order}",
+             "choose another ep or mesh order", _ep_not_a_block),
     ),
     model_rules=(_dtype,),
 )

@@ -306,13 +306,17 @@ def test_a_plan_for_another_framework_is_refused_with_the_rule_or_replanned(mega
     assert any(w.startswith("re-planned for TorchTitan 0.3.0") for w in result.warnings)
 
 
-def test_expert_parallel_plans_are_refused_by_meshplan_run() -> None:
+def test_expert_groups_meshplan_run_cannot_build_are_refused() -> None:
+    """meshplan run builds EP groups as blocks of the data axes (planner.expert_groups); Megatron builds this one."""
     mixtral = load_model("mixtral-8x7b")
-    plan = ev(Layout(dp=16, ep=4, num_microbatches=4, zero=1, dp_shard=16), "megatron", model=mixtral,
-              w=Workload(global_batch=64, seq_len=4096))
+    plan = ev(Layout(dp=2, cp=3, ep=2, num_microbatches=4), "megatron", model=mixtral,  # EP inside CP: 2 of 3
+              cluster=hardware_profiles.cluster("dgx-h100", gpus=6), w=Workload(global_batch=8, seq_len=6144))
     for target in ("torchrun", "slurm"):
-        with pytest.raises(UserError, match=r"meshplan run keeps every expert on every rank.*\[meshplan.ep:"):
+        with pytest.raises(UserError, match=r"EP group .* not a block .*\[meshplan.ep-group:"):
             export(plan, target)
+    ok = ev(Layout(dp=16, ep=4, num_microbatches=4, zero=1, dp_shard=16), "meshplan", model=mixtral,
+            w=Workload(global_batch=64, seq_len=4096))
+    assert "meshplan run" in export(ok, "torchrun").text  # EP plans meshplan run builds are exported
 
 
 def test_a_compatible_plan_from_another_framework_warns_about_its_runtime(meshplan_plans) -> None:
