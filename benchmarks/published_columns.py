@@ -23,7 +23,7 @@ def published_rank(model, cluster, workload: Workload, stated: dict[str, Any], p
     certain (">N" when at least N other shapes are faster)."""
     top = 64
     while True:
-        _, res = search_result(model, cluster, workload, top=top, framework=None, **stated)
+        _, res = search_result(model, cluster, workload, top=top, framework="any", **stated)
         faster: set[tuple[int, ...]] = set()
         for i in range(len(res.step_time_s)):
             row = {k: res.table[k][i] for k in ("tp", "pp", "dp", "cp", "ep")}
@@ -48,7 +48,7 @@ def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
 def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any]) -> tuple[float, float, int]:
     """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
     open, each setting at its best other knobs: how much the unstated knobs alone move the prediction."""
-    _, res = search_result(model, cluster, workload, top=1, keep_all=True, framework=None, **pins)
+    _, res = search_result(model, cluster, workload, top=1, keep_all=True, framework="any", **pins)
     rows = res.all_feasible
     if not rows or len(rows["step_time_ms"]) == 0:
         return float("nan"), float("nan"), 0

@@ -44,7 +44,8 @@ from planner.layout import Workload
 
 # What each source's software could do: the published layout is pinned inside it, and the planner's own search
 # (for the rank and the pick) runs over the same feature set, so a layout is never ranked against options its
-# framework lacked. A framework profile module is meant to absorb this table; each entry names its source.
+# framework lacked. Every entry is a historical release (none is a current framework profile of planner/frameworks,
+# whose `search_entry()` gives this shape); each entry names its source. Searches run with framework="any".
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     "megatron-lm-2021": {
         # Narayanan et al. 2021 / Megatron-LM v2 (2021): 1F1B and interleaved schedules (Sec. 2.2), full activation
@@ -195,7 +196,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pins = _pins(case)
     published, derivation = step_time_s(case, model)
     t0 = time.perf_counter()
-    _, pinned = search_result(model, cluster, work, top=1, framework=None, **pins)
+    _, pinned = search_result(model, cluster, work, top=1, framework="any", **pins)
     par = case.parallelism
     row: dict[str, Any] = {
         "case": case.id, "source": source_key(case), "framework": framework_name(case), "gpu": case.hardware.gpu[:4],
@@ -215,7 +216,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
         # The published layout does not fit meshplan's memory model (the run did fit): still predict its time, at
         # the least-memory unstated settings, and say so in the rank column.
         least, peak = pinned.best_infeasible
-        plan = evaluate(model, cluster, work, row_to_layout(least, None), allow_oom=True, framework=None)
+        plan = evaluate(model, cluster, work, row_to_layout(least, None), allow_oom=True, framework="any")
         pred = plan.prediction.step_time_s
         return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": pred,
                 "spread_hi_s": pred, "rank": f"OOM {peak / 2**30:.0f}GiB", "pick": "", "gain_pct": float("nan"),
@@ -223,7 +224,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pred = float(pinned.step_time_s[0])
     lo, hi, _ = unstated_spread(model, cluster, work, pins)
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
-    ctx, pick = search_result(model, cluster, work, top=1, framework=None, **_framework(case)["features"])
+    ctx, pick = search_result(model, cluster, work, top=1, framework="any", **_framework(case)["features"])
     plan = plans_from_result(ctx, pick)[0]
     extrapolations = getattr(plan.prediction, "extrapolations", None)  # reported by planners that know them
     return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": lo,

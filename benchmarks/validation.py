@@ -200,7 +200,7 @@ class FixedLayoutCost:
         from published_runs import _pins, workload
 
         cluster = build_cluster(case)
-        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework=None, **_pins(case))
+        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework="any", **_pins(case))
         if not len(res.step_time_s):
             return None
         plan = plans_from_result(ctx, res)[0]
@@ -220,7 +220,7 @@ class FixedLayoutCost:
         topology = cached_topology(self.cluster)  # built from the committed cluster: same hosts and links
         ctx = CostContext(model=model, cluster=cluster, workload=work, topology=topology)
         if needs_typed_costing(ctx):
-            return float(evaluate(model, cluster, work, self.layout, allow_oom=True, framework=None).prediction.step_time_s)
+            return float(evaluate(model, cluster, work, self.layout, allow_oom=True, framework="any").prediction.step_time_s)
         if self._bandwidth is None:
             self._bandwidth = AxisBandwidth(topology)
         res = evaluate_table(ctx, layout_to_row(self.layout), self._bandwidth, rank_layers=np.array([self.rank_layers]))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.cost import context as cost_context
 from planner.cost.comm import AxisBandwidth
-from planner.cost.context import CostContext, make_context
+from planner.cost.context import CostContext
 from planner.cost.evaluate import evaluate_table
 from planner.cost.layout_cost import cost_layout, rank_layers_of
 from planner.cost.partition import chunk_partition
@@ -20,7 +21,6 @@ from planner.cost.typed import needs_typed_costing
 from planner.errors import InfeasibleError, UserError
 from planner.layout import Layout, Workload, rules
 from planner.layout.layout import row_to_layout
-from planner.layout.rules import DEFAULT_FRAMEWORK
 from planner.layout.table import layout_to_row, row_at, table_of
 from planner.model import ModelSpec
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
@@ -32,6 +32,22 @@ __all__ = ["best_rank_layers", "build_plan", "evaluate", "infeasible_message", "
            "plans_from_result", "row_to_layout", "search", "search_result"]
 
 GiB = 2**30
+
+
+def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
+    """The cost context (`planner.cost.context.make_context`) for a framework: the `framework` option
+    (`planner.frameworks`, default meshplan's executor) sets the workload's runtime costs to that framework's
+    (unless the workload sets them explicitly), checks the model and workload against it, and makes the search
+    keep only layouts it can build."""
+    from planner.frameworks import framework, workload_for
+
+    profile = framework(options.pop("framework", None))
+    workload = workload_for(profile, workload)
+    problems = profile.model_problems(model, workload)
+    if problems:
+        raise UserError(problems[0], where=f"--framework {profile.name}",
+                        fix="plan for another framework (--framework) or change the model / workload")
+    return cost_context.make_context(model, cluster, workload, framework=profile.name, **options)
 
 
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
@@ -93,20 +109,23 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
     )
     inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
+    from planner.frameworks import framework
+
+    notes = (*notes, *framework(ctx.framework).notes(layout, ctx.model, ctx.workload))
     if layout.pp > 1 and layout.zero >= 2:
         notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
                  "pipeline schedule keeps gradients (and ZeRO-3's gathered weights) unsharded until the step's one "
                  "gradient reduction, so only the optimizer state is sharded; costed that way")
     return Plan(inputs=inputs, layout=layout, placement=_placement(ctx, W), prediction=prediction,
-                proven_optimal=proven, notes=notes)
+                proven_optimal=proven, notes=notes, framework=ctx.framework)
 
 
 MAX_PIN_VALUE = 2**31 - 1
 
 
 def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
-    limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages", "framework"}
-    context_names = {"flash_attention", "dropout"}
+    limit_names = {"max_tp", "max_cp", "max_micro_batch", "max_virtual_stages"}
+    context_names = {"flash_attention", "dropout", "framework"}
     layout_pins = {k: v for k, v in pins.items() if v is not None and k not in limit_names | context_names}
     unknown = set(layout_pins) - set(PIN_FIELDS)
     if unknown:
@@ -116,8 +135,7 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PIN_VALUE:
             raise UserError(f"{value} is larger than any layout can be", where="--" + name.replace("_", "-"),
                             fix=f"pin at most {MAX_PIN_VALUE:,} (the GPU count bounds every degree)")
-    limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and (v is not None or k == "framework")})
-    rules.rules_for(limits.framework)  # an unknown framework name is a user error
+    limits = SearchLimits(**{k: v for k, v in pins.items() if k in limit_names and v is not None})
     options = {k: v for k, v in pins.items() if k in context_names and v is not None}
     if "mesh_axes" in layout_pins:
         layout_pins["mesh_axes"] = tuple(layout_pins["mesh_axes"])
@@ -131,6 +149,10 @@ def search_result(model: ModelSpec, cluster: Any, workload: Workload | None = No
                   keep_all: bool = False, **pins: Any) -> tuple[CostContext, SearchResult]:
     """Run the exact search; returns the context and the raw result (rows, stats). No workload: the model's
     default one (`Workload.for_model`)."""
+    from planner.frameworks import framework
+    from planner.frameworks.search import check_pins
+
+    check_pins(framework(pins.get("framework")), pins)
     layout_pins, limits, options = _split_pins(pins)
     ctx = make_context(model, cluster, workload if workload is not None else Workload.for_model(model), **options)
     return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
@@ -156,13 +178,17 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
         return (f"{ctx.model.name} does not fit on {n} x {ctx.gpu.name} with {what}: every allowed shape leaves more "
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
     if why.kind == "batch":
-        what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None) or "no pins"
+        from planner.frameworks import framework
+
+        profile = framework(ctx.framework)
+        what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None and k != "framework") or "no pins"
         head = (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
-                f"{ctx.workload.batch} ({what})")
+                f"{ctx.workload.batch} ({what}) that {profile.label()} can build")
         reason = result.rejected.reason()
         if reason is not None:
             return f"{head}: {reason}"
-        return f"{head}; fix: relax the pins or change --global-batch to a multiple of the DP degrees"
+        return (f"{head}; fix: relax the pins, change --global-batch to a multiple of the DP degrees, or plan for "
+                "another --framework")
     assert result.best_infeasible is not None
     row, peak = result.best_infeasible
     layout = row_to_layout(row, None)
@@ -177,9 +203,10 @@ def search(model: ModelSpec, cluster: Any, workload: Workload | None = None, top
     """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`).
 
     `schedule`, `recompute` and `zero` also take a tuple of allowed values, to search only what a framework
-    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`). `framework` names whose rules
-    apply besides the generic ones (default "meshplan": what `meshplan run` runs; None: the cost model's
-    what-ifs only). No workload: the model's default one (`Workload.for_model`)."""
+    implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`). `framework="torchtitan"`
+    (any of `planner.frameworks.NAMES`; default meshplan's own executor) plans for that framework: only
+    layouts it can build, costed with its runtime; the plans record it. No workload: the model's default one
+    (`Workload.for_model`)."""
     ctx, result = search_result(model, cluster, workload, top=top, **pins)
     return plans_from_result(ctx, result, pins)
 
@@ -224,12 +251,18 @@ def best_rank_layers(ctx: CostContext, row: dict[str, int]) -> list[int]:
 
 
 def evaluate(model: ModelSpec, cluster: Any, workload: Workload | None, layout: Layout, *, allow_oom: bool = False,
-             framework: str | None = DEFAULT_FRAMEWORK, **options: Any) -> Plan:
-    """The prediction for exactly this layout; raises UserError if it breaks a rule of `framework`'s (see
-    `search`) or (unless allow_oom) does not fit. No workload: the model's default one."""
+             **options: Any) -> Plan:
+    """The prediction for exactly this layout; raises UserError if it is invalid, if the framework (option
+    `framework`, default meshplan's executor) cannot build it, or (unless allow_oom) if it does not fit. No
+    workload: the model's default one."""
     workload = workload if workload is not None else Workload.for_model(model)
-    rules.check(layout, model, workload, int(cluster.num_gpus), framework=framework)
+    rules.check(layout, model, workload, int(cluster.num_gpus), framework="any")
     ctx = make_context(model, cluster, workload, **options)
+    from planner.frameworks import framework
+
+    breaches = framework(ctx.framework).breaches(layout, model, ctx.workload)
+    if breaches:
+        raise UserError(f"{framework(ctx.framework).label()} cannot run {layout.describe()}: " + "; ".join(map(str, breaches)))
     row = row_at(layout_to_row(layout), 0)
     refined = None
     if layout.layer_partition is not None or layout.pp == 1:

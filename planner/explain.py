@@ -25,13 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner import api
 from planner.cost.comm import AxisBandwidth
-from planner.cost.context import make_context
 from planner.cost.evaluate import evaluate_table
 from planner.cost.layout_cost import rank_layers_of
+from planner.errors import UserError
 from planner.explain_text import pct as pct_text
 from planner.explain_text import value_text, verdict, worst_stage
 from planner.layout import Layout, choices, rules
-from planner.layout.rules import DEFAULT_FRAMEWORK, Facts
 from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
 from planner.layout.table import COLUMNS, MESH_ORDERS, layout_to_row, row_at
 from planner.plan import Plan
@@ -109,7 +108,7 @@ def _row(plan: Plan) -> dict[str, int]:
     return row_at(layout_to_row(plan.layout), 0)
 
 
-def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
+def context_for_plan(plan: Plan, framework: str | None = None) -> tuple[Any, Plan]:
     """Cost context reproducing the plan's stored prediction, and the plan re-costed in it.
 
     Plans do not record the FlashAttention option, so both settings are tried; if neither reproduces the
@@ -119,13 +118,13 @@ def context_for_plan(plan: Plan) -> tuple[Any, Plan]:
 
     cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
     model, workload = plan.inputs.model, plan.inputs.workload
-    rules.check(plan.layout, model, workload, int(cluster.num_gpus), framework=None)  # a hand-edited plan may not be valid
+    rules.check(plan.layout, model, workload, int(cluster.num_gpus), framework="any")  # a hand-edited plan may not be valid
     rank_layers = rank_layers_of(plan.layout.partition(model.num_layers), plan.layout.pp)
     first = None
     # The workload records the FlashAttention setting the plan was costed with; plans written before it did
     # are reproduced with either setting.
     for flash in (workload.flash_attention, not workload.flash_attention):
-        ctx = make_context(model, cluster, workload, flash_attention=flash)
+        ctx = api.make_context(model, cluster, workload, flash_attention=flash, framework=framework or plan.framework)
         again = api.build_plan(ctx, _row(plan), rank_layers, proven=plan.proven_optimal,
                                chunks=plan.layout.layer_partition)
         first = first or (ctx, again)
@@ -258,7 +257,7 @@ def explain_knob(knob: str, base: Plan, ctx: Any, limits: SearchLimits) -> KnobE
     if alt is None and least is not None:
         oom = _full_plan(ctx, least[1])
         no_fit = f"does not fit (least memory: {knob}={value_text(getattr(oom.layout, knob))}, {worst_stage(oom)})"
-    blocked = _blocked(knob, values, base, ctx, limits.framework)
+    blocked = _blocked(knob, values, base, ctx, ctx.framework)
     return KnobExplanation(knob=knob, plan_value=value_text(getattr(lay, knob)), tried=tuple(value_text(v) for v in values),
                            runner_up=ru, no_fit=no_fit, blocked_by_memory=blocked,
                            verdict=verdict(knob, base, alt, ru, no_fit, blocked, lone=len(values) == 1))
@@ -284,12 +283,17 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
     lay = base.layout
     sizes = lay.axis_sizes()
     key = tuple(a for a in lay.mesh_axes if sizes[a] > 1)
+    from planner.frameworks import framework
+
+    profile = framework(ctx.framework)
     seen, cands = {key}, []
     for order in MESH_ORDERS:
         k = tuple(a for a in order if sizes[a] > 1)
         if k not in seen:
             seen.add(k)
-            cands.append(lay.model_copy(update={"mesh_axes": order}))
+            cand = lay.model_copy(update={"mesh_axes": order})
+            if not profile.breaches(cand, ctx.model, ctx.workload):  # only orders the framework can build
+                cands.append(cand)
     plan_value = value_text(lay.mesh_axes)
     if not cands:
         return KnobExplanation(knob="mesh_axes", plan_value=plan_value, tried=(),
@@ -302,15 +306,26 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
                            runner_up=ru, verdict=verdict("mesh order", base, alt, ru, None, None))
 
 
-def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS) -> Explanation:
-    """Why `plan` wins, knob by knob (see module docstring). Alternatives meet the rules of `meshplan run`
-    (`planner.layout.rules`, framework "meshplan") when the plan does, else only the generic rules."""
+def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS, framework: str | None = None) -> Explanation:
+    """Why `plan` wins, knob by knob (see module docstring), among the layouts its framework (or `framework`,
+    after checking the plan against that framework's rules) can build; a plan its framework cannot build (a
+    hand-edited one) is explained among the layouts of the generic rules (framework "any")."""
+    if framework is not None and framework != plan.framework:
+        from planner.frameworks import framework as profile_of
+        from planner.frameworks import without_runtime
+
+        profile = profile_of(framework)
+        breaches = profile.breaches(plan.layout, plan.inputs.model, plan.inputs.workload)
+        if breaches:
+            raise UserError(f"{profile.label()} cannot run this plan: " + "; ".join(map(str, breaches)),
+                            fix=f"re-plan it: meshplan replan PLAN.json --framework {framework}")
+        plan = plan.model_copy(update={"framework": framework,
+                                       "inputs": plan.inputs.model_copy(update={"workload": without_runtime(plan.inputs.workload)})})
     ctx, base = context_for_plan(plan)
     lay = base.layout
     n = int(ctx.cluster.num_gpus)
-    runs = not rules.violations(lay, Facts.of(ctx.model, ctx.workload, n), DEFAULT_FRAMEWORK)
     limits = SearchLimits(max_tp=n, max_cp=max(16, lay.cp), max_micro_batch=max(64, lay.micro_batch),
-                          max_virtual_stages=max(8, lay.virtual_stages), framework=DEFAULT_FRAMEWORK if runs else None)
+                          max_virtual_stages=max(8, lay.virtual_stages))
     items = tuple(explain_knob(k, base, ctx, limits) for k in knobs if k != "ep" or ctx.model.moe is not None)
     return Explanation(layout=plan.layout, step_time_s=base.prediction.step_time_s,
                        stored_step_time_s=plan.prediction.step_time_s, flash_attention=bool(ctx.flash_attention),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -129,6 +129,12 @@ class Plan(_Frozen):
     prediction: Prediction
     proven_optimal: bool = Field(False, description="True when the search proved no better layout exists under the cost model.")
     notes: tuple[str, ...] = ()
+    framework: Literal["meshplan", "torchtitan", "megatron", "deepspeed", "any"] = Field(
+        "meshplan",
+        description="Training framework the plan was made for (planner.frameworks): the search kept only layouts "
+        "it can build and costed its runtime. meshplan = meshplan's own executor (`meshplan run`); any = no "
+        "framework's rules (what-if studies of other software).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Plan:

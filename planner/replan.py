@@ -24,8 +24,10 @@ KNOBS = ("dp", "tp", "pp", "cp", "ep", "micro_batch", "num_microbatches", "sched
 """Layout fields compared, in reading order."""
 
 
-def replan(plan: Plan, *, gpus: int | None = None, nodes: int | None = None, **pins: Any) -> Plan:
-    """The best plan for `plan`'s model and workload on its cluster resized to `gpus` GPUs or `nodes` hosts.
+def replan(plan: Plan, *, gpus: int | None = None, nodes: int | None = None, framework: str | None = None,
+           **pins: Any) -> Plan:
+    """The best plan for `plan`'s model and workload on its cluster resized to `gpus` GPUs or `nodes` hosts
+    (both None: the same cluster), for `framework` (default: the plan's own).
 
     `pins` are `planner.api.search` pins (Layout field names). Raises UserError/ProfileError for a size the
     cluster shape cannot take, InfeasibleError when nothing fits (the message says what would).
@@ -33,8 +35,14 @@ def replan(plan: Plan, *, gpus: int | None = None, nodes: int | None = None, **p
     import hardware_profiles as hp
     from planner.api import search
 
-    cluster = hp.cluster(hp.Cluster.model_validate(plan.inputs.cluster), nodes=nodes, gpus=gpus)
-    return search(plan.inputs.model, cluster, plan.inputs.workload, top=1, **pins)[0]
+    embedded = hp.Cluster.model_validate(plan.inputs.cluster)
+    cluster = embedded if gpus is None and nodes is None else hp.cluster(embedded, nodes=nodes, gpus=gpus)
+    workload = plan.inputs.workload
+    if framework is not None and framework != plan.framework:
+        from planner.frameworks import without_runtime
+
+        workload = without_runtime(workload)  # the old framework's runtime costs: the new one sets its own
+    return search(plan.inputs.model, cluster, workload, top=1, framework=framework or plan.framework, **pins)[0]
 
 
 def _text(value: Any) -> str:
@@ -47,7 +55,7 @@ def _text(value: Any) -> str:
 
 def changes(old: Plan, new: Plan) -> list[tuple[str, str, str]]:
     """(what, old, new) for the GPUs, every layout knob and the predictions; equal rows included."""
-    rows = [("GPUs (used / in all)", f"{old.world_size} / {old.world_size + old.prediction.idle_gpus}",
+    rows = [("framework", old.framework, new.framework), ("GPUs (used / in all)", f"{old.world_size} / {old.world_size + old.prediction.idle_gpus}",
              f"{new.world_size} / {new.world_size + new.prediction.idle_gpus}")]
     rows += [(k, _text(getattr(old.layout, k)), _text(getattr(new.layout, k))) for k in KNOBS]
     po, pn = old.prediction, new.prediction

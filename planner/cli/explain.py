@@ -15,12 +15,14 @@ from pathlib import Path
 import typer
 
 from planner.cli.app import app, err, out
-from planner.cli.options import emit_json, user_errors
+from planner.cli.options import FRAMEWORK_HELP, FrameworkChoice, emit_json, user_errors
 
 
 @app.command("explain")
 def explain_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN.json", help="A plan written by `meshplan plan --json`."),
+    framework: FrameworkChoice = typer.Option(None, "--framework", help=FRAMEWORK_HELP.replace(
+        "(default: meshplan)", "(default: the plan's)")),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the explanation as JSON ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
 ) -> None:
@@ -36,7 +38,7 @@ def explain_command(
     with user_errors():
         check_targets(json_out, force=force)
         plan = Plan.load(plan_file)
-        report = explain(plan)
+        report = explain(plan, framework=framework.value if framework else None)
     if abs(report.step_time_s - report.stored_step_time_s) > 1e-9 * report.stored_step_time_s:
         err.print(f"warning: the cost model now predicts {report.step_time_s:.4g} s for this layout, the plan file "
                   f"says {report.stored_step_time_s:.4g} s (planned with another meshplan version?); the comparison "

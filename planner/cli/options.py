@@ -25,6 +25,7 @@ from planner.layout.names import (
     DEFAULT_GLOBAL_BATCH_SEQS,
     DEFAULT_MESH_AXES,
     DEFAULT_SEQ_LEN,
+    FRAMEWORK_NAMES,
     RECOMPUTE_NAMES,
 )
 from planner.layout.schedules import SCHEDULE_NAMES, SCHEDULES
@@ -57,6 +58,10 @@ class RuntimeChoice(str, Enum):
 
 RecomputeChoice = Enum("RecomputeChoice", [(name, name) for name in RECOMPUTE_NAMES], type=str)
 """--recompute values (planner.layout.table.RecomputeCode)."""
+FrameworkChoice = Enum("FrameworkChoice", [(name, name) for name in FRAMEWORK_NAMES], type=str)
+"""--framework values: the frameworks a user plans for (planner.layout.names.FRAMEWORK_NAMES)."""
+FRAMEWORK_HELP = ("Training framework to plan for: meshplan (meshplan run), torchtitan (0.3.0), megatron (core_v0.19) "
+                  "or deepspeed (0.19.8); only layouts it can build, costed with its runtime. (default: meshplan)")
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,8 @@ INPUTS = OptionGroup("inputs", (
          "compute (e.g. Megatron-LM without --overlap-grad-reduce).", _IN, default=False),
     _opt("runtime", RuntimeChoice, "--runtime",
          "Training stack: pytorch (meshplan run, TorchTitan; PP reduces gradients after the last backward) or "
-         "megatron (Megatron-Core; overlapped under PP too). (default: pytorch)", _IN),
+         "megatron (Megatron-Core; overlapped under PP too). (default: the --framework's)", _IN),
+    _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
 PINS = OptionGroup("pins", (
@@ -167,11 +173,15 @@ class Inputs:
     cluster: Any  # hardware_profiles.Cluster
     workload: Workload
     flash_attention: bool = True
+    framework: str = "meshplan"
 
     @property
     def options(self) -> dict[str, Any]:
         """Cost-model options for `planner.api` (only those that differ from the defaults)."""
-        return {} if self.flash_attention else {"flash_attention": False}
+        options: dict[str, Any] = {} if self.flash_attention else {"flash_attention": False}
+        if self.framework != "meshplan":
+            options["framework"] = self.framework
+        return options
 
 
 def given(raw: dict[str, Any]) -> bool:
@@ -199,15 +209,19 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     except hardware_profiles.ProfileError as exc:
         raise UserError(f"--cluster {name}: {exc}") from None
     try:
+        # Runtime costs given explicitly win over the framework's own (planner.frameworks.workload_for), so they
+        # are passed only when given (None = not given).
         runtime = raw.get("runtime")
         workload = Workload.for_model(model, global_batch=raw.get("global_batch"),
                                       global_batch_tokens=raw.get("global_batch_tokens"), seq_len=raw.get("seq_len"),
-                                      overlap_dp_comm=not raw.get("no_dp_overlap"),
-                                      runtime=getattr(runtime, "value", runtime) or "pytorch")
+                                      overlap_dp_comm=False if raw.get("no_dp_overlap") else None,
+                                      runtime=getattr(runtime, "value", runtime))
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
-    return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"))
+    framework = raw.get("framework")
+    return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
+                  framework=getattr(framework, "value", framework) or "meshplan")
 
 
 def inputs_of_plan(plan: Any) -> Inputs:
@@ -215,7 +229,7 @@ def inputs_of_plan(plan: Any) -> Inputs:
     import hardware_profiles
 
     cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
-    return Inputs(model=plan.inputs.model, cluster=cluster, workload=plan.inputs.workload)
+    return Inputs(model=plan.inputs.model, cluster=cluster, workload=plan.inputs.workload, framework=plan.framework)
 
 
 def _flag_message(err: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 meshplan replan plan.json --gpus 4 --json plan4.json     # lost half the machines: plan for the rest
 meshplan replan plan.json --nodes 16                     # or grew: 16 hosts of the same shape
+meshplan replan plan.json --framework megatron           # same cluster, for Megatron-LM instead
 
 The plan's own inputs are used (model, workload, and its embedded hardware resized: `planner.replan`). A
 table shows every knob and prediction, old next to new, changed rows marked; `--json FILE` writes the new
@@ -16,7 +17,7 @@ from pathlib import Path
 import typer
 
 from planner.cli.app import app, err, out
-from planner.cli.options import emit_json, user_errors
+from planner.cli.options import FRAMEWORK_HELP, FrameworkChoice, emit_json, user_errors
 from planner.errors import UserError
 
 
@@ -25,6 +26,8 @@ def replan_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN.json", help="A plan written by `meshplan plan --json`."),
     gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs in all, on as few hosts as possible."),
     nodes: int = typer.Option(None, "--nodes", min=1, help="Hosts (instead of --gpus)."),
+    framework: FrameworkChoice = typer.Option(None, "--framework", help=FRAMEWORK_HELP.replace(
+        "(default: meshplan)", "(default: the plan's)")),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the new plan as JSON ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
 ) -> None:
@@ -39,10 +42,13 @@ def replan_command(
 
     with user_errors():
         check_targets(json_out, force=force)
-        if (gpus is None) == (nodes is None):
-            raise UserError("give the new size as --gpus N or --nodes N (one of them)", fix="e.g. --gpus 4")
+        if gpus is not None and nodes is not None:
+            raise UserError("give the new size as --gpus N or --nodes N, not both", fix="drop one of them")
+        if gpus is None and nodes is None and framework is None:
+            raise UserError("give the new size as --gpus N or --nodes N, or a --framework to re-plan for",
+                            fix="e.g. --gpus 4")
         old = Plan.load(plan_file)
-        new = replan(old, gpus=gpus, nodes=nodes)
+        new = replan(old, gpus=gpus, nodes=nodes, framework=framework.value if framework else None)
     if emit_json(new.model_dump_json(indent=1), json_out, force=force):
         return
     table = Table(title=f"replan: {old.inputs.model.name}, {old.layout.describe()} -> {new.layout.describe()}",

@@ -57,6 +57,7 @@ class CostContext:
     topology: Any  # planner.topology.Topology
     flash_attention: bool | None = None  # None: the workload's setting
     dropout: bool | None = None  # None: GPT-style (layernorm) models have dropout, Llama-style do not
+    framework: str = "meshplan"  # planner.frameworks profile: the search keeps only layouts it can build
     layer_types: list[LayerType] = field(default_factory=list)
     layer_type_of: list[int] = field(default_factory=list)
 

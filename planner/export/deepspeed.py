@@ -1,10 +1,15 @@
-"""DeepSpeed JSON config for a plan.
+"""DeepSpeed 0.19.8 config for a plan (hjson, as `deepspeed.runtime.config.DeepSpeedConfig` reads a file).
 
 Batch identity (DeepSpeed checks it at start-up): train_batch_size = train_micro_batch_size_per_gpu x
-gradient_accumulation_steps x DP, with DP = world / (TP x PP) as DeepSpeed's model-parallel unit sees it.
-zero_optimization.stage is the plan's ZeRO stage; HSDP (ZeRO-3 over groups smaller than DP) is MiCS
-(mics_shard_size = the sharding group). TP and PP are applied by the model code (Megatron-DeepSpeed,
-PipelineModule), not by this file: the warnings say which degrees to set there.
+gradient_accumulation_steps x the data-parallel size DeepSpeed sees. Without an mpu that is every rank;
+with an mpu (TP or PP in the model code, e.g. Megatron-DeepSpeed) it is world / (TP x PP), which counts CP
+ranks as data-parallel too: the export computes it that way (DeepSpeed's own count), and the framework rules
+keep cp = 1 (DeepSpeed has no ring or all-gather context parallelism). zero_optimization.stage is the plan's
+ZeRO stage over all data-parallel ranks (MiCS, the only sub-group sharding, was removed in 0.19.7; HSDP plans
+are refused by the rules). Gradient communication overlaps with the backward (overlap_comm), as costed.
+
+The file starts with `#` comment lines naming the release and plan; DeepSpeed reads them (hjson). Tools that
+parse the config with the strict `json` module (e.g. a Hugging Face Trainer) need them removed.
 """
 
 from __future__ import annotations
@@ -12,49 +17,51 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from planner.export import ExportResult
+from planner.export import ExportResult, header
+from planner.frameworks.deepspeed import PROFILE
 
 if TYPE_CHECKING:
     from planner.plan import Plan
 
 
+def data_parallel_size(plan: Plan) -> int:
+    """The data-parallel size DeepSpeed counts: world / (TP x PP) (CP ranks count as data-parallel)."""
+    lay = plan.layout
+    return plan.world_size // (lay.tp * lay.pp)
+
+
 def config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     lay, w = plan.layout, plan.inputs.workload
     warnings: list[str] = []
+    dp = data_parallel_size(plan)
     cfg: dict[str, Any] = {
-        "train_batch_size": lay.global_batch,
+        "train_batch_size": lay.micro_batch * lay.num_microbatches * dp,
         "train_micro_batch_size_per_gpu": lay.micro_batch,
         "gradient_accumulation_steps": lay.num_microbatches,
         "zero_optimization": {"stage": lay.zero},
     }
+    if lay.zero >= 1:
+        cfg["zero_optimization"].update({"overlap_comm": w.overlap_dp_comm, "contiguous_gradients": True})
     if w.dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
     elif w.dtype == "fp16":
         cfg["fp16"] = {"enabled": True}
-    if lay.hsdp:
-        cfg["zero_optimization"].update({"mics_shard_size": lay.dp_shard, "mics_hierarchical_params_gather": False})
-    if lay.recompute != "none":
-        cfg["activation_checkpointing"] = {
-            "partition_activations": lay.tp > 1,
-            "contiguous_memory_optimization": False,
-            "cpu_checkpointing": False,
-        }
-        what = "every transformer layer" if lay.recompute == "full" else "the attention core of every layer"
-        warnings.append(f"recompute={lay.recompute}: wrap {what} with deepspeed.checkpointing.checkpoint")
+    if lay.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": lay.tp > 1, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+        warnings.append("recompute=full: wrap every transformer layer with deepspeed.checkpointing.checkpoint "
+                        "(the activation_checkpointing section configures it)")
     if lay.tp > 1 or lay.pp > 1:
-        warnings.append(f"DeepSpeed applies TP/PP in the model code: use tensor parallel {lay.tp} and pipeline "
-                        f"stages {lay.pp} (e.g. Megatron-DeepSpeed --tensor-model-parallel-size {lay.tp} "
-                        f"--pipeline-model-parallel-size {lay.pp})")
-    if lay.pp > 1 and lay.zero >= 2:
-        warnings.append(f"DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only, not {lay.zero}")
-    if lay.cp > 1:
-        warnings.append(f"DeepSpeed has no ring context parallelism (cp={lay.cp}); DeepSpeed-Ulysses is a "
-                        "different algorithm with its own cost")
+        warnings.append(f"TP={lay.tp} / PP={lay.pp} need an mpu: DeepSpeed applies them only through the model code "
+                        f"(e.g. Megatron-DeepSpeed --tensor-model-parallel-size {lay.tp} --pipeline-model-parallel-size "
+                        f"{lay.pp}, or deepspeed.pipe.PipelineModule with num_stages={lay.pp}) and "
+                        f"deepspeed.initialize(..., mpu=...); train_batch_size counts {dp} data-parallel ranks")
     if lay.ep > 1:
-        warnings.append(f"set ep_size={lay.ep} on the deepspeed.moe.layer.MoE layers")
+        warnings.append(f"set ep_size={lay.ep} on the deepspeed.moe.layer.MoE layers"
+                        + (f" and enable_expert_tensor_parallelism=True (experts split by TP={lay.tp})" if lay.tp > 1 else ""))
     return cfg, warnings
 
 
 def export(plan: Plan, **_: Any) -> ExportResult:
     cfg, warnings = config(plan)
-    return ExportResult("deepspeed", json.dumps(cfg, indent=2) + "\n", tuple(warnings))
+    return ExportResult("deepspeed", header(plan, PROFILE) + json.dumps(cfg, indent=2) + "\n", tuple(warnings))

@@ -1,21 +1,27 @@
-"""Megatron-LM arguments for a plan (one per line, ready to append to `pretrain_gpt.py`).
+"""Megatron-LM core_v0.19 launch script for a plan: `torchrun pretrain_gpt.py "${MEGATRON_ARGS[@]}"`.
 
 Megatron derives DP = world size / (TP x PP x CP) from the launch, and the number of micro-batches from
 --global-batch-size / (--micro-batch-size x DP). Its rank order is tp-cp-ep-dp-pp (TP fastest), the planner's
-default, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping. Uneven pipeline stages use
+default, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping (the planner's DP-outer order; the framework rules
+keep it to layouts Megatron builds). Uneven pipeline stages use
 --decoder-first/last-pipeline-num-layers when only the end stages differ, else --pipeline-model-parallel-layout
 ("E" embedding, "t" a decoder layer, "L" loss; chunks separated by "|", dealt to ranks round-robin).
 ZeRO: 1 -> --use-distributed-optimizer; 2/3 -> Megatron-FSDP (--data-parallel-sharding-strategy optim_grads /
-optim_grads_params); HSDP -> --num-distributed-optimizer-instances (replicas).
+optim_grads_params); HSDP -> --num-distributed-optimizer-instances (replicas). The plan was costed with
+data-parallel traffic overlapped: --overlap-grad-reduce (and --overlap-param-gather with a sharded
+optimizer). Context parallelism: --cp-comm-type all_gather (all-gathered K/V, as costed). Models without
+dropout (Llama-style) set --attention-dropout/--hidden-dropout 0 (Megatron's default is 0.1); RoPE models
+state --rotary-base (Megatron's default is 10000). CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication
+kernels in issue order on Hopper and older (Megatron warns without it).
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING, Any
 
-from planner.export import ExportResult, header
-from planner.layout import SCHEDULES
+from planner.export import ExportResult, header, launch_shape
+from planner.export.script import shell_array, torchrun
+from planner.frameworks.megatron import PROFILE
 
 if TYPE_CHECKING:
     from planner.plan import Plan
@@ -63,6 +69,10 @@ def model_args(plan: Plan) -> list[str]:
     if m.norm == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
     args += ["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"]
+    if m.position == "rope":
+        args += ["--rotary-base", str(int(round(m.rope_theta)))]  # Megatron parses an int
+    if m.norm == "rmsnorm":  # Llama-style models train without dropout (planner.cost.context.CostContext.dropout)
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     if not m.linear_bias:
@@ -97,6 +107,10 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args += pipeline_args(m.num_layers, lay.partition(m.num_layers), lay.pp, lay.virtual_stages)
     if lay.sequence_parallel:
         args.append("--sequence-parallel")
+    if lay.cp > 1:
+        args += ["--cp-comm-type", "all_gather"]
+    if lay.ep > 1:
+        args += ["--moe-token-dispatcher-type", "alltoall"]  # the all-to-all the cost model's EP term costs
     args += ["--micro-batch-size", str(lay.micro_batch), "--global-batch-size", str(lay.global_batch)]
     if lay.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
@@ -109,31 +123,33 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor"]
     if lay.zero >= 1 and lay.dp_replicate > 1:
         args += ["--num-distributed-optimizer-instances", str(lay.dp_replicate)]
+    if lay.dp * lay.cp > 1 and plan.inputs.workload.overlap_dp_comm:
+        args.append("--overlap-grad-reduce")
+        if lay.zero >= 1:
+            args.append("--overlap-param-gather")
     order = tuple(lay.mesh_axes)
     if order in ORDERS:
         args += ORDERS[order]
-    else:
-        warnings.append(f"Megatron-LM orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp; this plan's order "
-                        f"{','.join(order)} cannot be expressed, ranks will be grouped differently")
-    schedule = SCHEDULES[lay.schedule]
-    if schedule.megatron is None and lay.pp > 1:
-        warnings.append(schedule.megatron_instead)
     args += model_args(plan)
     return args, warnings
 
 
-def export(plan: Plan, **_: Any) -> ExportResult:
+def environment(plan: Plan) -> dict[str, str]:
+    """Environment variables Megatron needs for this layout."""
+    lay = plan.layout
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if (lay.tp > 1 or lay.cp > 1) and lay.zero < 2 else {}
+
+
+def export(plan: Plan, *, rdzv_port: int = 29500, **_: Any) -> ExportResult:
     args, warnings = arguments(plan)
     lay = plan.layout
-    lines = [header(plan),
-             f"# Megatron derives DP = world / (TP x PP x CP) = {plan.world_size} / "
-             f"({lay.tp} x {lay.pp} x {lay.cp}) = {lay.dp}: launch {plan.world_size} ranks.\n",
-             f"# Vocabulary: set --tokenizer-type/--tokenizer-model (the plan assumes {plan.inputs.model.vocab_size}).\n"]
-    pairs: list[str] = []
-    for a in args:
-        if a.startswith("--") or not pairs:
-            pairs.append(a)
-        else:
-            pairs[-1] += " " + shlex.quote(a)
-    lines.append(" \\\n".join(pairs) + "\n")
-    return ExportResult("megatron", "".join(lines), tuple(warnings))
+    text = ("#!/usr/bin/env bash\n" + header(plan, PROFILE) + "set -euo pipefail\n"
+            f"# Megatron derives DP = world / (TP x PP x CP) = {plan.world_size} / ({lay.tp} x {lay.pp} x {lay.cp}) "
+            f"= {lay.dp}: launch {plan.world_size} ranks.\n"
+            f"# Run from a Megatron-LM core_v0.19.0 checkout (MEGATRON_LM, default .); add data and tokenizer "
+            f"arguments after the script's name (the plan assumes a vocabulary of {plan.inputs.model.vocab_size}).\n")
+    for key, value in environment(plan).items():
+        text += f"export {key}={value}  # TP/CP communication kernels keep their issue order\n"
+    text += shell_array("MEGATRON_ARGS", args)
+    text += torchrun(launch_shape(plan), '"${MEGATRON_LM:-.}/pretrain_gpt.py"', rdzv_port) + ' "${MEGATRON_ARGS[@]}" "$@"\n'
+    return ExportResult("megatron", text, tuple(warnings))

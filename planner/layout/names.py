@@ -17,3 +17,11 @@ DEFAULT_SEQ_LEN = 8192
 DEFAULT_GLOBAL_BATCH_SEQS = 512
 """Default sequences per step at the model's default sequence length: 4 Mi tokens at 8192 (Llama 3 405B's
 first training stage, Llama 3 paper Sec. 3.4.1)."""
+
+FRAMEWORK_NAMES: tuple[str, ...] = ("meshplan", "torchtitan", "megatron", "deepspeed")
+"""Training frameworks a user plans for (`--framework`; `planner.frameworks` holds a profile of each). The
+default, meshplan, is the built-in executor (`meshplan run`)."""
+DEFAULT_FRAMEWORK = "meshplan"
+ANY_FRAMEWORK = "any"
+"""No framework's rules, only the generic ones: the cost model's whole space, for what-if studies of software
+meshplan has no profile for (Python API only)."""

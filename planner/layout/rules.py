@@ -26,6 +26,7 @@ import numpy as np
 
 from planner.errors import UserError
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
+from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from planner.layout.schedules import BY_CODE, SCHEDULES
 from planner.layout.table import MESH_ORDERS, layout_to_row
 
@@ -33,9 +34,8 @@ if TYPE_CHECKING:
     from planner.layout.layout import Layout
     from planner.model import ModelSpec
 
-DEFAULT_FRAMEWORK = "meshplan"
-FRAMEWORKS: dict[str, str] = {DEFAULT_FRAMEWORK: "meshplan run, the built-in executor (torch.distributed)"}
-"""Known frameworks and what they are; framework profiles add theirs."""
+FRAMEWORKS: tuple[str, ...] = (*FRAMEWORK_NAMES, ANY_FRAMEWORK)
+"""Every framework a rule set is selected for; "any" selects the generic rules only."""
 
 Columns = Mapping[str, Any]  # column name -> numpy array (or a scalar on one-row checks)
 

@@ -157,6 +157,7 @@ def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "position": "rope",
+        "rope_theta": cfg.get("rope_theta", 10000.0),
         "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "qkv_bias": qkv_bias,
         "linear_bias": linear_bias,
@@ -215,6 +216,7 @@ def _gpt_neox(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "gelu",
         "norm": "layernorm",
         "position": "rope",
+        "rope_theta": cfg.get("rotary_emb_base", 10000.0),
         "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "linear_bias": True,
     }, notes
@@ -244,6 +246,7 @@ def _deepseek_v3(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "position": "rope",
+        "rope_theta": cfg.get("rope_theta", 10000.0),
         "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "attention": "mla",
         "mla": {

@@ -148,6 +148,13 @@ class ModelSpec(BaseModel):
     position: Literal["rope", "learned"] = Field(
         description="rope: no parameters; learned: max_seq_len x h table."
     )
+    rope_theta: float = Field(
+        default=10000.0,
+        gt=0,
+        description="RoPE base (theta); no parameters or FLOPs, but training frameworks must be told it. "
+        "Default 10000 (Su et al. 2021, RoFormer Eq. 15); Llama 3 uses 500000, Mixtral 1e6. Unused with "
+        "learned positions.",
+    )
     tied_embeddings: bool = Field(description="LM head shares the token-embedding matrix.")
     qkv_bias: bool = Field(default=False, description="Biases on the q, k, v projections (Qwen2).")
     linear_bias: bool = Field(

@@ -16,6 +16,7 @@ HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,6 @@ class SearchLimits:
     max_micro_batch: int = 64
     max_virtual_stages: int = 8
     prune_dominated: bool = True  # False: also enumerate the dominated options (the brute-force oracle does)
-    framework: str | None = DEFAULT_FRAMEWORK  # whose rules apply besides the generic ones (layout.rules)
 
 
 @dataclass
@@ -51,6 +51,8 @@ class Pins:
     """User-fixed knobs (layout field names); everything not pinned is searched."""
 
     values: dict[str, Any] = field(default_factory=dict)
+    keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
+    """Row filter of the framework the search plans for (`planner.frameworks`): True for rows it can build."""
 
     def __post_init__(self) -> None:
         unknown = set(self.values) - set(PIN_FIELDS)
@@ -81,18 +83,15 @@ class Space:
     limits: SearchLimits
     domain: int  # GPUs of one NVLink domain (the default tp limit is twice it)
     flash_attention: bool = True
+    framework: str = DEFAULT_FRAMEWORK  # whose rules apply besides the generic ones (layout.rules)
     tally: Tally = field(default_factory=Tally)
-
-    @property
-    def framework(self) -> str | None:
-        return self.limits.framework
 
 
 def space_of(ctx: Any, pins: Pins, limits: SearchLimits) -> Space:
     """The space of a cost context's model, workload and cluster."""
     n = int(ctx.cluster.num_gpus)
     return Space(Facts.of(ctx.model, ctx.workload, n), pins, limits, nvlink_domain_size(ctx.cluster),
-                 bool(ctx.flash_attention))
+                 bool(ctx.flash_attention), ctx.framework)
 
 
 def nvlink_domain_size(cluster) -> int:
@@ -214,4 +213,6 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -
     table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
     # Every rule once more over the whole rows: those that read columns of several groups above.
     ok = rules.mask(table, facts, space.framework, tally=space.tally, stage="layout")
+    if pins.keep is not None and len(table["dp"]):
+        ok &= pins.keep(table)
     return table if ok.all() else {k: v[ok] for k, v in table.items()}

@@ -239,7 +239,8 @@ def _free_port() -> int:
 
 def test_an_exported_launch_script_runs_no_injected_command(tmp_path: Path) -> None:
     """`export --to torchrun` with a plan path and host full of shell syntax: run the script with a stand-in
-    torchrun that records its arguments; nothing injected runs and the arguments arrive intact."""
+    `meshplan` (the script starts `meshplan run`) that records its arguments; nothing injected runs and the
+    arguments arrive intact."""
     from cli_inputs import tiny_plan_json
 
     plan = write(tmp_path / "p.json", tiny_plan_json(4))
@@ -249,13 +250,13 @@ def test_an_exported_launch_script_runs_no_injected_command(tmp_path: Path) -> N
     assert code == 0, err
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "torchrun").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path / "args"}\n')
-    (bin_dir / "torchrun").chmod(0o755)
+    (bin_dir / "meshplan").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path / "args"}\n')
+    (bin_dir / "meshplan").chmod(0o755)
     proc = subprocess.run(["bash", str(script)], env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "PWNED1").exists() and not (tmp_path / "PWNED2").exists()
-    assert (tmp_path / "args").read_text().splitlines()[-1] == evil
+    assert (tmp_path / "args").read_text().splitlines()[:2] == ["run", evil]
 
 
 def test_a_model_name_cannot_break_out_of_a_script_comment(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""Checks of exports by the real frameworks (see planner.export.check)."""

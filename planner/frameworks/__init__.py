@@ -1,0 +1,67 @@
+"""Training frameworks as declared profiles: what each can build, what its runtime costs, how it is exported.
+
+    from planner.frameworks import framework, NAMES
+    titan = framework("torchtitan")
+    titan.breaches(plan.layout, plan.inputs.model, plan.inputs.workload)   # [] when TorchTitan can build it
+
+One profile per framework (`meshplan` = meshplan's own executor, the default; `torchtitan`; `megatron`;
+`deepspeed`), each in its own module with the release it targets and the source lines its rules come from.
+A profile holds:
+- feature sets: the pipeline schedules, recompute policies (with their exact semantics in that framework),
+  ZeRO stages, the context-parallel implementation, how EP groups form, the mesh orders it can build;
+- rules: vectorised predicates over the search table (`profile.Rule`), so `planner.search(...,
+  framework=X)` never returns a layout X cannot build, and `meshplan export --to X` refuses a plan made for
+  another framework with the rule it breaks; caveats: differences between how X runs a layout and how it
+  was costed, added to the plan's notes;
+- runtime costs: the `Workload.runtime` and `Workload.overlap_dp_comm` that match how X reduces gradients;
+- the exporter (`planner.export` target) and the pip line of the release the export targets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.errors import UserError
+from planner.frameworks import deepspeed, megatron, meshplan, torchtitan, unrestricted
+from planner.frameworks.profile import Breach, FrameworkProfile, Rule
+
+if TYPE_CHECKING:
+    from planner.workload import Workload
+
+PUBLIC = (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE, deepspeed.PROFILE)
+NAMES: tuple[str, ...] = tuple(p.name for p in PUBLIC)
+"""The frameworks a user plans for (`--framework`)."""
+PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (*PUBLIC, unrestricted.PROFILE)}
+"""NAMES plus "any" (`planner.frameworks.unrestricted`: no rules, for what-if studies of other software)."""
+DEFAULT = "meshplan"
+
+
+def framework(name: str | FrameworkProfile | None) -> FrameworkProfile:
+    """The profile named `name` (None: the default, meshplan's executor)."""
+    if isinstance(name, FrameworkProfile):
+        return name
+    try:
+        return PROFILES[name or DEFAULT]
+    except KeyError:
+        raise UserError(f"unknown framework {name!r}", where="--framework", fix=f"use one of {', '.join(NAMES)}") from None
+
+
+def workload_for(profile: FrameworkProfile, workload: Workload) -> Workload:
+    """The workload with the framework's runtime costs, except where the user set them explicitly (a what-if:
+    `Workload(runtime=...)`, `--runtime`, `--no-dp-overlap` win over the framework's own)."""
+    if not profile.runtime:  # "any": no runtime of its own
+        return workload
+    update = {k: v for k, v in (("runtime", profile.runtime), ("overlap_dp_comm", profile.overlap_dp_comm))
+              if k not in workload.model_fields_set}
+    return workload.model_copy(update=update) if update else workload
+
+
+def without_runtime(workload: Workload) -> Workload:
+    """The workload with its runtime costs unset, so the next framework's apply (re-planning a plan made for
+    another framework, whose recorded runtime was that framework's)."""
+    from planner.workload import Workload
+
+    return Workload(**workload.model_dump(exclude={"runtime", "overlap_dp_comm"}))
+
+
+__all__ = ["DEFAULT", "NAMES", "PROFILES", "Breach", "FrameworkProfile", "Rule", "framework", "without_runtime", "workload_for"]
