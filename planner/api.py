@@ -19,8 +19,10 @@ from planner.cost.layout_cost import cost_layout, rank_layers_of
 from planner.cost.partition import chunk_partition
 from planner.cost.typed import needs_typed_costing
 from planner.errors import InfeasibleError, UserError
-from planner.layout import Layout, Workload, rules
+from planner.frameworks import framework, workload_for
+from planner.layout import Layout, Workload, choices, rules
 from planner.layout.layout import row_to_layout
+from planner.layout.names import DEFAULT_FRAMEWORK, MAX_SIZE
 from planner.layout.table import layout_to_row, row_at, table_of
 from planner.model import ModelSpec
 from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
@@ -36,18 +38,11 @@ GiB = 2**30
 
 def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
     """The cost context (`planner.cost.context.make_context`) for a framework: the `framework` option
-    (`planner.frameworks`, default meshplan's executor) sets the workload's runtime costs to that framework's
-    (unless the workload sets them explicitly), checks the model and workload against it, and makes the search
-    keep only layouts it can build."""
-    from planner.frameworks import framework, workload_for
-
+    (`planner.frameworks`; default meshplan's executor, "any" for no framework's rules) sets the workload's
+    runtime costs to that framework's unless the workload sets them explicitly; the model and workload must meet
+    the framework's rules, and the search keeps only layouts it can build."""
     profile = framework(options.pop("framework", None))
-    workload = workload_for(profile, workload)
-    problems = profile.model_problems(model, workload)
-    if problems:
-        raise UserError(problems[0], where=f"--framework {profile.name}",
-                        fix="plan for another framework (--framework) or change the model / workload")
-    return cost_context.make_context(model, cluster, workload, framework=profile.name, **options)
+    return cost_context.make_context(model, cluster, workload_for(profile, workload), framework=profile.name, **options)
 
 
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
@@ -109,8 +104,6 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
     )
     inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
-    from planner.frameworks import framework
-
     notes = (*notes, *framework(ctx.framework).notes(layout, ctx.model, ctx.workload))
     if layout.pp > 1 and layout.zero >= 2:
         notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
@@ -120,7 +113,7 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
                 proven_optimal=proven, notes=notes, framework=ctx.framework)
 
 
-MAX_PIN_VALUE = 2**31 - 1
+MAX_PIN_VALUE = MAX_SIZE
 
 
 def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any]]:
@@ -149,11 +142,8 @@ def search_result(model: ModelSpec, cluster: Any, workload: Workload | None = No
                   keep_all: bool = False, **pins: Any) -> tuple[CostContext, SearchResult]:
     """Run the exact search; returns the context and the raw result (rows, stats). No workload: the model's
     default one (`Workload.for_model`)."""
-    from planner.frameworks import framework
-    from planner.frameworks.search import check_pins
-
-    check_pins(framework(pins.get("framework")), pins)
     layout_pins, limits, options = _split_pins(pins)
+    choices.refuse_pins(layout_pins.values, options.get("framework") or DEFAULT_FRAMEWORK)
     ctx = make_context(model, cluster, workload if workload is not None else Workload.for_model(model), **options)
     return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
 
@@ -178,12 +168,9 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
         return (f"{ctx.model.name} does not fit on {n} x {ctx.gpu.name} with {what}: every allowed shape leaves more "
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
     if why.kind == "batch":
-        from planner.frameworks import framework
-
-        profile = framework(ctx.framework)
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None and k != "framework") or "no pins"
         head = (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
-                f"{ctx.workload.batch} ({what}) that {profile.label()} can build")
+                f"{ctx.workload.batch} ({what}) that {framework(ctx.framework).label()} can build")
         reason = result.rejected.reason()
         if reason is not None:
             return f"{head}: {reason}"
@@ -256,13 +243,8 @@ def evaluate(model: ModelSpec, cluster: Any, workload: Workload | None, layout: 
     `framework`, default meshplan's executor) cannot build it, or (unless allow_oom) if it does not fit. No
     workload: the model's default one."""
     workload = workload if workload is not None else Workload.for_model(model)
-    rules.check(layout, model, workload, int(cluster.num_gpus), framework="any")
     ctx = make_context(model, cluster, workload, **options)
-    from planner.frameworks import framework
-
-    breaches = framework(ctx.framework).breaches(layout, model, ctx.workload)
-    if breaches:
-        raise UserError(f"{framework(ctx.framework).label()} cannot run {layout.describe()}: " + "; ".join(map(str, breaches)))
+    rules.check(layout, model, ctx.workload, int(cluster.num_gpus), framework=ctx.framework)
     row = row_at(layout_to_row(layout), 0)
     refined = None
     if layout.layer_partition is not None or layout.pp == 1:

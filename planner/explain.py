@@ -27,10 +27,13 @@ from planner import api
 from planner.cost.comm import AxisBandwidth
 from planner.cost.evaluate import evaluate_table
 from planner.cost.layout_cost import rank_layers_of
-from planner.errors import UserError
 from planner.explain_text import pct as pct_text
 from planner.explain_text import value_text, verdict, worst_stage
+from planner.frameworks import framework as profile_of
+from planner.frameworks import without_runtime
 from planner.layout import Layout, choices, rules
+from planner.layout.names import ANY_FRAMEWORK, RECOMPUTE_NAMES
+from planner.layout.rules import Facts
 from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
 from planner.layout.table import COLUMNS, MESH_ORDERS, layout_to_row, row_at
 from planner.plan import Plan
@@ -109,7 +112,8 @@ def _row(plan: Plan) -> dict[str, int]:
 
 
 def context_for_plan(plan: Plan, framework: str | None = None) -> tuple[Any, Plan]:
-    """Cost context reproducing the plan's stored prediction, and the plan re-costed in it.
+    """Cost context reproducing the plan's stored prediction, and the plan re-costed in it; the context plans
+    for `framework` (default: the plan's own).
 
     Plans do not record the FlashAttention option, so both settings are tried; if neither reproduces the
     stored step time (the cost model changed since), the current model with FlashAttention is used.
@@ -118,7 +122,7 @@ def context_for_plan(plan: Plan, framework: str | None = None) -> tuple[Any, Pla
 
     cluster = hardware_profiles.Cluster.model_validate(plan.inputs.cluster)
     model, workload = plan.inputs.model, plan.inputs.workload
-    rules.check(plan.layout, model, workload, int(cluster.num_gpus), framework="any")  # a hand-edited plan may not be valid
+    rules.check(plan.layout, model, workload, int(cluster.num_gpus), framework=ANY_FRAMEWORK)  # a hand-edited plan
     rank_layers = rank_layers_of(plan.layout.partition(model.num_layers), plan.layout.pp)
     first = None
     # The workload records the FlashAttention setting the plan was costed with; plans written before it did
@@ -166,7 +170,7 @@ def _candidates(knob: str, lay: Layout, ctx: Any, limits: SearchLimits) -> list[
     elif knob == "dp_shard":
         vals = choices.values("dp_shard", divisors(lay.dp), facts, fixed, framework) if lay.zero > 0 and lay.dp > 1 else []
     elif knob == "recompute":
-        vals = [r for r in ("none", "selective", "full") if choices.allowed(fixed, "recompute", r)]
+        vals = [RECOMPUTE_NAMES[c] for c in choices.values("rc", range(len(RECOMPUTE_NAMES)), facts, fixed, framework)]
     elif knob == "sequence_parallel":
         vals = [bool(x) for x in choices.values("sp", (0, 1), facts, fixed, framework)] if lay.tp > 1 else []
     else:
@@ -283,16 +287,14 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
     lay = base.layout
     sizes = lay.axis_sizes()
     key = tuple(a for a in lay.mesh_axes if sizes[a] > 1)
-    from planner.frameworks import framework
-
-    profile = framework(ctx.framework)
+    facts = Facts.of(ctx.model, ctx.workload, int(ctx.cluster.num_gpus))
     seen, cands = {key}, []
     for order in MESH_ORDERS:
         k = tuple(a for a in order if sizes[a] > 1)
         if k not in seen:
             seen.add(k)
             cand = lay.model_copy(update={"mesh_axes": order})
-            if not profile.breaches(cand, ctx.model, ctx.workload):  # only orders the framework can build
+            if not rules.violations(cand, facts, ctx.framework):  # only orders the framework can build
                 cands.append(cand)
     plan_value = value_text(lay.mesh_axes)
     if not cands:
@@ -308,20 +310,21 @@ def _explain_mesh(base: Plan, ctx: Any) -> KnobExplanation:
 
 def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS, framework: str | None = None) -> Explanation:
     """Why `plan` wins, knob by knob (see module docstring), among the layouts its framework (or `framework`,
-    after checking the plan against that framework's rules) can build; a plan its framework cannot build (a
-    hand-edited one) is explained among the layouts of the generic rules (framework "any")."""
-    if framework is not None and framework != plan.framework:
-        from planner.frameworks import framework as profile_of
-        from planner.frameworks import without_runtime
+    after checking the plan against that framework's rules) can build; a plan its own framework cannot build
+    (a hand-edited one) is explained among the layouts of the generic rules (framework "any")."""
+    import hardware_profiles
 
-        profile = profile_of(framework)
-        breaches = profile.breaches(plan.layout, plan.inputs.model, plan.inputs.workload)
-        if breaches:
-            raise UserError(f"{profile.label()} cannot run this plan: " + "; ".join(map(str, breaches)),
-                            fix=f"re-plan it: meshplan replan PLAN.json --framework {framework}")
+    gpus = int(hardware_profiles.Cluster.model_validate(plan.inputs.cluster).num_gpus)
+    facts = Facts.of(plan.inputs.model, plan.inputs.workload, gpus)
+    if framework is not None and framework != plan.framework:
+        refused = profile_of(framework).refusal(plan.layout, plan.inputs.model, plan.inputs.workload,
+                                                otherwise=f"re-plan it: meshplan replan PLAN.json --framework {framework}")
+        if refused is not None:
+            raise refused
         plan = plan.model_copy(update={"framework": framework,
                                        "inputs": plan.inputs.model_copy(update={"workload": without_runtime(plan.inputs.workload)})})
-    ctx, base = context_for_plan(plan)
+    runs = not rules.violations(plan.layout, facts, plan.framework)
+    ctx, base = context_for_plan(plan, plan.framework if runs else ANY_FRAMEWORK)
     lay = base.layout
     n = int(ctx.cluster.num_gpus)
     limits = SearchLimits(max_tp=n, max_cp=max(16, lay.cp), max_micro_batch=max(64, lay.micro_batch),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from planner.errors import UserError, format_validation_error
 from planner.layout import Layout, Workload
+from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from planner.model import ModelSpec
 
 SCHEMA_VERSION = 1
@@ -129,8 +130,8 @@ class Plan(_Frozen):
     prediction: Prediction
     proven_optimal: bool = Field(False, description="True when the search proved no better layout exists under the cost model.")
     notes: tuple[str, ...] = ()
-    framework: Literal["meshplan", "torchtitan", "megatron", "deepspeed", "any"] = Field(
-        "meshplan",
+    framework: Literal[(*FRAMEWORK_NAMES, ANY_FRAMEWORK)] = Field(  # type: ignore[valid-type]
+        DEFAULT_FRAMEWORK,
         description="Training framework the plan was made for (planner.frameworks): the search kept only layouts "
         "it can build and costed its runtime. meshplan = meshplan's own executor (`meshplan run`); any = no "
         "framework's rules (what-if studies of other software).",

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserError
 from planner.layout import rules
+from planner.layout.names import ANY_FRAMEWORK
 
 if TYPE_CHECKING:
     from planner.plan import Plan
@@ -76,7 +77,7 @@ def check_plan_file(plan: Plan, where: str) -> None:
         raise UserError(f"{stages} entries for pp={lay.pp} pipeline ranks", where=f"{where}: prediction.memory_per_stage",
                         fix="regenerate the plan (`meshplan evaluate` with its layout)")
     try:
-        rules.check(lay, plan.inputs.model, plan.inputs.workload, gpus, framework=None)
+        rules.check(lay, plan.inputs.model, plan.inputs.workload, gpus, framework=ANY_FRAMEWORK)
     except UserError as exc:
         raise UserError(str(exc), where=f"{where}: layout vs inputs.model/inputs.workload",
                         fix="re-plan (`meshplan evaluate` or `meshplan plan`) for this model and workload") from None

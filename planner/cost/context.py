@@ -57,7 +57,7 @@ class CostContext:
     topology: Any  # planner.topology.Topology
     flash_attention: bool | None = None  # None: the workload's setting
     dropout: bool | None = None  # None: GPT-style (layernorm) models have dropout, Llama-style do not
-    framework: str = "meshplan"  # planner.frameworks profile: the search keeps only layouts it can build
+    framework: str = rules.DEFAULT_FRAMEWORK  # whose rules the search keeps to (planner.layout.rules.rules_for)
     layer_types: list[LayerType] = field(default_factory=list)
     layer_type_of: list[int] = field(default_factory=list)
 
@@ -238,9 +238,11 @@ def cached_topology(cluster: Any) -> Any:
 
 
 def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: Any) -> CostContext:
-    """The cost context; a `flash_attention` option is folded into the workload so plans record it."""
+    """The cost context; a `flash_attention` option is folded into the workload so plans record it, and the
+    model and workload must meet the rules of the `framework` option that read no layout (default meshplan's
+    executor; `planner.api.make_context` also applies the framework's runtime costs)."""
     if options.get("flash_attention") is not None:
         workload = workload.model_copy(update={"flash_attention": bool(options.pop("flash_attention"))})
     options.pop("flash_attention", None)
-    rules.check_inputs(model, workload)
+    rules.check_inputs(model, workload, framework=options.setdefault("framework", rules.DEFAULT_FRAMEWORK))
     return CostContext(model=model, cluster=cluster, workload=workload, topology=cached_topology(cluster), **options)

@@ -84,24 +84,24 @@ def check_for(plan: Plan, target: str, *, replan: bool = False) -> tuple[Plan, l
     from planner.frameworks import framework
 
     profile = framework(FRAMEWORK_OF[target])
-    breaches = profile.breaches(plan.layout, plan.inputs.model, plan.inputs.workload)
+    made = "" if plan.framework == profile.name else f" (made for {framework(plan.framework).label()})"
+    refused = profile.refusal(plan.layout, plan.inputs.model, plan.inputs.workload, what=f"this plan{made}",
+                              otherwise=f"re-plan for it: add --replan, or meshplan replan PLAN.json --framework {profile.name}")
     warnings: list[str] = []
-    if breaches and replan:
+    if refused is not None and replan:
         from planner.replan import replan as replan_plan
 
         old = plan.layout.describe()
         plan = replan_plan(plan, framework=profile.name)
         warnings.append(f"re-planned for {profile.label()}: {old} -> {plan.layout.describe()}, predicted "
                         f"{plan.prediction.step_time_s:.4g} s/step (write it with --json to keep it)")
-    elif breaches:
-        made = "" if plan.framework == profile.name else f" (made for {framework(plan.framework).label()})"
-        raise UserError(f"{profile.label()} cannot run this plan{made}: " + "; ".join(map(str, breaches)),
-                        fix=f"re-plan for it: add --replan, or meshplan replan PLAN.json --framework {profile.name}")
+    elif refused is not None:
+        raise refused
     elif plan.framework != profile.name:
-        made, w = framework(plan.framework), plan.inputs.workload
+        w = plan.inputs.workload
         if (w.runtime, w.overlap_dp_comm) != (profile.runtime, profile.overlap_dp_comm):
             overlap = "" if w.overlap_dp_comm == profile.overlap_dp_comm else ", data-parallel overlap differs"
-            warnings.append(f"the plan was made for {made.label()} and costed with its runtime ({w.runtime}); "
+            warnings.append(f"the plan was made for {framework(plan.framework).label()} and costed with its runtime ({w.runtime}); "
                             f"{profile.label()} runs {profile.runtime}{overlap}: re-plan with --replan for its own "
                             "prediction")
     warnings += profile.notes(plan.layout, plan.inputs.model, plan.inputs.workload)

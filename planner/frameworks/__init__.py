@@ -6,13 +6,13 @@
 
 One profile per framework (`meshplan` = meshplan's own executor, the default; `torchtitan`; `megatron`;
 `deepspeed`), each in its own module with the release it targets and the source lines its rules come from.
-A profile holds:
-- feature sets: the pipeline schedules, recompute policies (with their exact semantics in that framework),
-  ZeRO stages, the context-parallel implementation, how EP groups form, the mesh orders it can build;
-- rules: vectorised predicates over the search table (`profile.Rule`), so `planner.search(...,
-  framework=X)` never returns a layout X cannot build, and `meshplan export --to X` refuses a plan made for
-  another framework with the rule it breaks; caveats: differences between how X runs a layout and how it
-  was costed, added to the plan's notes;
+What a framework can build is part of the one rule set: its feature sets (schedules, recompute policies with
+their exact semantics there, ZeRO stages, mesh orders) and its rules are `Rule(frameworks={name})` entries of
+`planner.layout.framework_rules`, selected by `planner.layout.rules.rules_for(name)`, so the search
+(`planner.search(..., framework=X)` never returns a layout X cannot build), `explain`, `evaluate`, the
+exports' re-check (`meshplan export --to X` refuses a plan X cannot build, naming the rule) and the executor
+apply the same predicates. A profile adds:
+- caveats: differences between how X runs a layout and how it was costed, added to the plan's notes;
 - runtime costs: the `Workload.runtime` and `Workload.overlap_dp_comm` that match how X reduces gradients;
 - the exporter (`planner.export` target) and the pip line of the release the export targets.
 """
@@ -23,17 +23,19 @@ from typing import TYPE_CHECKING
 
 from planner.errors import UserError
 from planner.frameworks import deepspeed, megatron, meshplan, torchtitan, unrestricted
-from planner.frameworks.profile import Breach, FrameworkProfile, Rule
+from planner.frameworks.profile import FrameworkProfile
+from planner.layout.names import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
 if TYPE_CHECKING:
     from planner.workload import Workload
 
-PUBLIC = (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE, deepspeed.PROFILE)
-NAMES: tuple[str, ...] = tuple(p.name for p in PUBLIC)
-"""The frameworks a user plans for (`--framework`)."""
-PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (*PUBLIC, unrestricted.PROFILE)}
-"""NAMES plus "any" (`planner.frameworks.unrestricted`: no rules, for what-if studies of other software)."""
-DEFAULT = "meshplan"
+PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE,
+                                                              deepspeed.PROFILE, unrestricted.PROFILE)}
+"""A profile per framework name, plus "any" (`planner.frameworks.unrestricted`: no rules, for what-if studies)."""
+NAMES: tuple[str, ...] = FRAMEWORK_NAMES
+"""The frameworks a user plans for (`--framework`; `planner.layout.names`)."""
+DEFAULT = DEFAULT_FRAMEWORK
+assert set(PROFILES) == {*NAMES, unrestricted.PROFILE.name}, "a profile for every framework name"
 
 
 def framework(name: str | FrameworkProfile | None) -> FrameworkProfile:
@@ -64,4 +66,4 @@ def without_runtime(workload: Workload) -> Workload:
     return Workload(**workload.model_dump(exclude={"runtime", "overlap_dp_comm"}))
 
 
-__all__ = ["DEFAULT", "NAMES", "PROFILES", "Breach", "FrameworkProfile", "Rule", "framework", "without_runtime", "workload_for"]
+__all__ = ["DEFAULT", "NAMES", "PROFILES", "FrameworkProfile", "framework", "without_runtime", "workload_for"]

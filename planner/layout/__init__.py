@@ -6,9 +6,11 @@
 
 Modules, one concept each: `layout` (`Layout`, `row_to_layout`, `KNOBS`), `workload` (`Workload` and its
 model-adapted defaults), `table` (the integer table encoding: `COLUMNS`, `ScheduleCode`, `RecomputeCode`,
-`MESH_ORDERS`, `layout_to_row`), `schedules` (the pipeline-schedule registry), `rules` (the rule set),
-`choices` (the candidate values the search and `explain` enumerate, filtered by the rules) and `names` (the
-names and defaults the command line reads before anything heavy is loaded). The names below are loaded on
+`MESH_ORDERS`, `layout_to_row`), `schedules` (the pipeline-schedule registry), `rules` (the rule set and
+how it is applied; `rule` holds the `Rule` and `Facts` types, `framework_rules` each framework's rules and
+the knob values it runs), `choices` (the candidate values the search and `explain` enumerate, filtered by the
+rules), `expert_groups` (how EP groups form from the data axes) and `names` (the names and defaults the
+command line reads before anything heavy is loaded: knob values, framework names). The names below are loaded on
 first use (PEP 562), so `planner.layout.names` and `planner.layout.schedules` stay free of numpy and pydantic.
 """
 
@@ -47,6 +49,7 @@ _HOME = {
     "Workload": "workload",
 }
 _MODULES = ("choices", "layout", "names", "rules", "schedules", "table", "workload")
+"""Submodules reachable as attributes (`from planner.layout import rules`); the others are imported by path."""
 
 __all__ = [
     "COLUMNS", "DEFAULT_GLOBAL_BATCH_SEQS", "DEFAULT_MESH_AXES", "DEFAULT_SEQ_LEN", "KNOBS", "MESH_ORDERS",

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.errors import UserError
 from planner.layout import rules
 from planner.layout.rules import Facts, Tally
 from planner.layout.schedules import SCHEDULES, SEARCH_ORDER
@@ -67,7 +68,7 @@ def allowed(pins: Mapping[str, Any], name: str, value: Any) -> bool:
     return pinned == value
 
 
-def keep(table: dict[str, np.ndarray], facts: Facts, pins: Mapping[str, Any], framework: str | None,
+def keep(table: dict[str, np.ndarray], facts: Facts, pins: Mapping[str, Any], framework: str,
          tally: Tally | None, stage: str) -> np.ndarray:
     """Rows of a candidate table that meet every rule evaluable on its columns plus the pinned constants."""
     n = len(next(iter(table.values())))
@@ -75,7 +76,7 @@ def keep(table: dict[str, np.ndarray], facts: Facts, pins: Mapping[str, Any], fr
     return rules.mask(full, facts, framework, tally=tally, stage=stage)
 
 
-def values(knob: str, natural: Iterable[int], facts: Facts, pins: Mapping[str, Any], framework: str | None,
+def values(knob: str, natural: Iterable[int], facts: Facts, pins: Mapping[str, Any], framework: str,
            tally: Tally | None = None) -> list[int]:
     """Allowed values of one integer knob (a table column): the pinned value(s) or `natural`, by the rules."""
     field = FIELD_OF_COLUMN[knob]
@@ -102,7 +103,7 @@ def schedule_candidates(pp: int, max_virtual_stages: int) -> list[tuple[int, int
     return out
 
 
-def schedule_options(pp: np.ndarray, m: np.ndarray, facts: Facts, pins: Mapping[str, Any], framework: str | None,
+def schedule_options(pp: np.ndarray, m: np.ndarray, facts: Facts, pins: Mapping[str, Any], framework: str,
                      max_virtual_stages: int, prune_dominated: bool, tally: Tally | None = None
                      ) -> list[list[tuple[int, int]]]:
     """Per (pp, m) key, the (schedule code, virtual stages) options, in the search's order.
@@ -141,14 +142,15 @@ def schedule_options(pp: np.ndarray, m: np.ndarray, facts: Facts, pins: Mapping[
     return by_key
 
 
-def zero_options(dp: np.ndarray, pp: np.ndarray, facts: Facts, pins: Mapping[str, Any], framework: str | None,
+def zero_options(dp: np.ndarray, pp: np.ndarray, facts: Facts, pins: Mapping[str, Any], framework: str,
                  prune_dominated: bool, tally: Tally | None = None) -> list[list[tuple[int, int]]]:
     """Per (dp, pp) key, the (ZeRO stage, sharding group size) options.
 
     Searched: ZeRO-0 unsharded, ZeRO-1/2 over all of DP, ZeRO-3 over every group size dividing DP (HSDP trades
     gather bandwidth for memory there); a pinned dp_shard is the only size tried. With pp > 1, ZeRO-2 and
     ZeRO-3 keep ZeRO-1's memory (the pipeline schedule holds gradients and gathered weights until the step's
-    reduction) at ZeRO-1's or more communication, so they are dominated and searched only when pinned."""
+    reduction) at ZeRO-1's or more communication, so they are dominated where ZeRO-1 is valid and searched
+    only when pinned; a framework without ZeRO-1 (TorchTitan) has them searched."""
     cols: dict[str, list[int]] = {"dp": [], "pp": [], "zero": [], "dp_shard": []}
     owner = []
     shard_pin = pins.get("dp_shard")
@@ -156,16 +158,41 @@ def zero_options(dp: np.ndarray, pp: np.ndarray, facts: Facts, pins: Mapping[str
         for z in range(4):
             if not allowed(pins, "zero", z):
                 continue
-            if p > 1 and z >= 2 and prune_dominated and not ("zero" in pins and allowed(pins, "zero", z)):
-                continue
             shards = [int(shard_pin)] if shard_pin is not None else [1] if z == 0 else divisors(d) if z == 3 else [d]
             for s in shards:
                 for k, x in zip(cols, (d, p, z, s)):
                     cols[k].append(x)
                 owner.append(i)
     out: list[list[tuple[int, int]]] = [[] for _ in range(len(dp))]
-    if owner:
-        table = {k: np.array(x, dtype=np.int64) for k, x in cols.items()}
-        for j in np.nonzero(keep(table, facts, pins, framework, tally, "zero"))[0].tolist():
-            out[owner[j]].append((int(table["zero"][j]), int(table["dp_shard"][j])))
+    if not owner:
+        return out
+    table = {k: np.array(x, dtype=np.int64) for k, x in cols.items()}
+    ok = keep(table, facts, pins, framework, tally, "zero")
+    zero1_valid = {owner[j] for j in np.nonzero(ok & (table["zero"] == 1))[0].tolist()}
+    for j in np.nonzero(ok)[0].tolist():
+        z, i = int(table["zero"][j]), owner[j]
+        if (z >= 2 and int(table["pp"][j]) > 1 and prune_dominated and i in zero1_valid
+                and not ("zero" in pins and allowed(pins, "zero", z))):
+            continue
+        out[i].append((z, int(table["dp_shard"][j])))
     return out
+
+
+def refuse_pins(pins: Mapping[str, Any], framework: str) -> None:
+    """Refuse, in one line naming the framework's rule, a pinned value of a set-valued knob (schedule,
+    recompute, zero) that `framework` does not run: the search would only drop it silently."""
+    for name in SET_PINS:
+        pinned = pins.get(name)
+        for value in pinned if isinstance(pinned, (tuple, list, set, frozenset)) else () if pinned is None else (pinned,):
+            try:
+                row = {COLUMN_OF_FIELD[name]: encode(name, value)}
+            except (KeyError, ValueError):
+                continue  # not a value of the knob at all: the pins' own validation says so
+            if name == "schedule":  # a schedule is a label without pipelining: judge it with a pipeline
+                row["pp"] = 2 if pins.get("pp") in (None, 1) else int(pins["pp"])
+                if pins.get("pp") == 1:
+                    continue
+            found = [(r, text) for r, text in rules.broken(row, Facts(), rules.rules_for(framework)) if r.frameworks]
+            if found:
+                raise UserError(rules.described(found), where=f"--{name} {value} with --framework {framework}",
+                                fix=f"{rules.fixes(found, Facts())}, or another --framework")

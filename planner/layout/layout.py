@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.layout.names import ANY_FRAMEWORK, MAX_SIZE
 from planner.layout.rules import Facts, violations
 from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
 from planner.layout.table import DEFAULT_MESH_AXES, MESH_ORDERS, RECOMPUTE_NAMES
@@ -21,6 +22,10 @@ Schedule = Literal[SCHEDULE_NAMES]  # type: ignore[valid-type]
 """Pipeline schedule names: the registry's (`planner.layout.schedules.SCHEDULES`)."""
 Recompute = Literal[RECOMPUTE_NAMES]  # type: ignore[valid-type]
 """Recomputation policies: `planner.layout.table.RecomputeCode`'s."""
+
+
+_SIZES = ("dp", "tp", "pp", "cp", "ep", "micro_batch", "num_microbatches", "virtual_stages", "dp_shard")
+"""The integer knobs (`MAX_SIZE` bounds them)."""
 
 
 class Layout(BaseModel):
@@ -70,7 +75,10 @@ class Layout(BaseModel):
                 )
             if any(n < 0 for n in self.layer_partition):
                 raise ValueError(f"layer_partition={list(self.layer_partition)} has a negative entry")
-        found = violations(self, Facts(), framework=None)  # the rules that read no model numbers
+        for name, value in (*((k, getattr(self, k)) for k in _SIZES), *(("layer_partition", n) for n in self.layer_partition or ())):
+            if value > MAX_SIZE:
+                raise ValueError(f"{name}={value} is larger than any layout can be (at most {MAX_SIZE:,})")
+        found = violations(self, Facts(), ANY_FRAMEWORK)  # the generic rules that read no model numbers
         if found:
             raise ValueError("; ".join(text for _, text in found))
         return self

@@ -12,6 +12,10 @@ RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
 DEFAULT_MESH_AXES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """Mesh axes, outermost first: TP varies fastest (consecutive ranks, inside an NVLink domain), PP slowest."""
 
+MAX_SIZE = 2**31 - 1
+"""Largest degree, size or count a layout knob may hold: far beyond any cluster, and small enough for the
+int64 columns of the search's tables (`planner.layout.table`), which multiply them."""
+
 DEFAULT_SEQ_LEN = 8192
 """Default tokens per sequence (Llama 3's pre-training context), capped at the model's max_seq_len."""
 DEFAULT_GLOBAL_BATCH_SEQS = 512

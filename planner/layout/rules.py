@@ -1,97 +1,42 @@
 """The one rule set: every condition a layout must meet, each written once, by name, with its reason and fix.
 
-A rule is a named predicate over layout-table columns (`planner.layout.table`) and a few numbers of the
-model, workload and cluster (`Facts`). The same predicate serves every caller:
+A rule (`planner.layout.rule.Rule`) is a named predicate over layout-table columns (`planner.layout.table`)
+and a few numbers of the model, workload and cluster (`Facts`). The same predicate serves every caller:
 
 - `check(layout, model, workload, gpus)` evaluates it on a one-row table and raises one `UserError` naming
   every violated rule with its numbers and the fix ("tp=3: num_heads=32 is not divisible by tp ...");
+  `violations` lists them (exports and `explain` re-check a plan against a framework this way);
 - `mask(table, facts)` evaluates it on whole columns: the search's choice generators (`planner.layout.choices`)
   apply each rule as soon as the columns it reads are known, and a `Tally` records which rule removed which
   candidates, so an empty search can say why;
 - `Layout` itself runs the rules that read no model numbers when it is built.
 
-Frameworks: a rule applies to every framework unless it names some (`frameworks`). `framework=None` applies
-only the generic rules (a cost-model what-if); the default, `meshplan`, is the built-in executor
-(`meshplan run`) and adds how it builds expert-parallel groups. A framework profile selects its extra rules by name through
-`Rule.frameworks`; `FRAMEWORKS` lists the known names.
+Frameworks: the generic rules below apply to every framework; a framework's own rules
+(`planner.layout.framework_rules`, named `<framework>.<what>`) apply to it alone. `rules_for(framework)`
+selects them: the default, "meshplan", is the built-in executor (`meshplan run`); "any" selects the generic
+rules only (the cost model's whole space, for what-if studies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner.errors import UserError
-from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
+from planner.layout.framework_rules import FRAMEWORK_RULES
 from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
+from planner.layout.rule import Columns, Facts, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES
-from planner.layout.table import MESH_ORDERS, layout_to_row
+from planner.layout.table import layout_to_row
 
 if TYPE_CHECKING:
     from planner.layout.layout import Layout
-    from planner.model import ModelSpec
 
 FRAMEWORKS: tuple[str, ...] = (*FRAMEWORK_NAMES, ANY_FRAMEWORK)
 """Every framework a rule set is selected for; "any" selects the generic rules only."""
-
-Columns = Mapping[str, Any]  # column name -> numpy array (or a scalar on one-row checks)
-
-
-@dataclass(frozen=True)
-class Facts:
-    """The model, workload and cluster numbers rules read; None = unknown (rules that need it are skipped)."""
-
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    ffn_hidden_size: int | None = None
-    expert_ffn_hidden_size: int | None = None  # 0 for dense models
-    num_experts: int | None = None  # 1 for dense models
-    num_layers: int | None = None
-    max_seq_len: int | None = None
-    seq_len: int | None = None
-    global_batch: int | None = None
-    num_gpus: int | None = None
-
-    @classmethod
-    def of(cls, model: ModelSpec | Any = None, workload: Any = None, num_gpus: int | None = None) -> Facts:
-        """Facts of a model spec (or anything with its field names), a `Workload` and a GPU count."""
-        out: dict[str, Any] = {"num_gpus": num_gpus}
-        if model is not None:
-            moe = getattr(model, "moe", None)
-            out.update(num_heads=model.num_heads, num_kv_heads=model.num_kv_heads, ffn_hidden_size=model.ffn_hidden_size,
-                       expert_ffn_hidden_size=moe.expert_ffn_hidden_size if moe else 0,
-                       num_experts=moe.num_experts if moe else 1, num_layers=model.num_layers,
-                       max_seq_len=model.max_seq_len)
-        if workload is not None:
-            out.update(seq_len=workload.seq_len, global_batch=workload.batch)
-        return cls(**out)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One condition on a layout, evaluated over table columns (numpy) or one row alike."""
-
-    name: str
-    columns: tuple[str, ...]  # table columns it reads
-    facts: tuple[str, ...]  # Facts fields it reads
-    holds: Callable[[Columns, Facts], Any]  # True where the layout satisfies the rule
-    says: Callable[[Mapping[str, int], Facts], str]  # the violation, with its numbers
-    fix: str  # may name Facts fields in braces: "use --seq-len <= {max_seq_len}"
-    why: str
-    frameworks: frozenset[str] | None = None  # None: every framework
-
-    def fix_for(self, facts: Facts) -> str:
-        return self.fix.format(**{k: getattr(facts, k) for k in facts.__dataclass_fields__})
-
-    def applies(self, columns: Iterable[str], facts: Facts, framework: str | None) -> bool:
-        """Whether the rule can be evaluated on these columns and facts, for this framework."""
-        if self.frameworks is not None and framework not in self.frameworks:
-            return False
-        return set(self.columns) <= set(columns) and all(getattr(facts, f) is not None for f in self.facts)
-
 
 def _sched(code: int):
     return BY_CODE[int(code)]
@@ -106,7 +51,7 @@ def _needs_v(sched: Any) -> np.ndarray:
     return _flag(sched, "virtual_stages")
 
 
-RULES: tuple[Rule, ...] = (
+GENERIC_RULES: tuple[Rule, ...] = (
     # Degrees and their split (no model numbers: `Layout` checks these when it is built).
     Rule("dp_shard_divides_dp", ("dp", "dp_shard"), (), lambda c, f: c["dp"] % c["dp_shard"] == 0,
          lambda r, f: f"dp_shard={r['dp_shard']} must divide dp={r['dp']}", "choose a dp_shard that divides dp",
@@ -179,35 +124,11 @@ RULES: tuple[Rule, ...] = (
     Rule("seq_len_fits_model", (), ("seq_len", "max_seq_len"), lambda c, f: f.seq_len <= f.max_seq_len,
          lambda r, f: f"seq_len={f.seq_len} exceeds the model's max_seq_len={f.max_seq_len}",
          "use --seq-len <= {max_seq_len}", "the model has no positions beyond its context"),
-    # Framework rules: what one framework needs beyond the generic rules (`frameworks` names it). The search,
-    # `explain`, `meshplan evaluate` and the executor's plan check select them through `rules_for(framework)`;
-    # a rule may read columns of several knob groups (as this one: ep with dp, dp_shard, cp and the axis
-    # order): the search applies every rule again over each expanded table. `meshplan run` (framework
-    # "meshplan"), how its executor composes expert parallelism with the data axes:
-    Rule("ep_groups_are_mesh_blocks", ("ep", "dp", "dp_shard", "cp", "order"), (), lambda c, f: _ep_blocks(c),
-         lambda r, f: _ep_text(r), "choose another ep or reorder mesh_axes",
-         "meshplan run builds EP groups as ep consecutive ranks of dp_replicate x dp_shard x cp, TorchTitan-style "
-         "(planner.layout.expert_groups)", frameworks=frozenset({DEFAULT_FRAMEWORK})),
 )
+"""The rules every framework's layouts meet."""
+
+RULES: tuple[Rule, ...] = GENERIC_RULES + FRAMEWORK_RULES
 """Every rule, by name (see `rule`)."""
-
-
-def _ep_blocks(c: Columns) -> np.ndarray:
-    """Per row: ep == 1, or its EP group is a block of the data axes in the row's axis order (expert_groups)."""
-    ep, dp, shard, cp, order = (np.atleast_1d(np.asarray(c[k])) for k in ("ep", "dp", "dp_shard", "cp", "order"))
-    ep, dp, shard, cp, order = np.broadcast_arrays(ep, dp, shard, cp, order)
-    ok = np.ones(ep.shape, dtype=bool)
-    for code in np.unique(order).tolist():
-        sel = order == code
-        # dp_replicate >= 1 even where dp_shard does not divide dp (dp_shard_divides_dp reports that row)
-        sizes = {"dp_replicate": np.maximum(dp[sel] // shard[sel], 1), "dp_shard": shard[sel], "cp": cp[sel]}
-        ok[sel] = ep_parts(ep[sel], sizes, data_axes_inner_first(MESH_ORDERS[code]))[1]
-    return ok | (ep == 1)
-
-
-def _ep_text(r: Mapping[str, int]) -> str:
-    sizes = {"dp_replicate": max(r["dp"] // r["dp_shard"], 1), "dp_shard": r["dp_shard"], "cp": r["cp"]}
-    return not_a_block(r["ep"], sizes, data_axes_inner_first(MESH_ORDERS[r["order"]]))
 
 
 def rule(name: str) -> Rule:
@@ -218,9 +139,9 @@ def rule(name: str) -> Rule:
     raise KeyError(f"no rule {name!r}; known: {', '.join(r.name for r in RULES)}")
 
 
-def rules_for(framework: str | None) -> tuple[Rule, ...]:
-    """The rules a framework's layouts must meet (generic ones, plus those naming the framework)."""
-    if framework is not None and framework not in FRAMEWORKS:
+def rules_for(framework: str) -> tuple[Rule, ...]:
+    """The rules a framework's layouts must meet: the generic ones, plus those naming the framework."""
+    if framework not in FRAMEWORKS:
         raise UserError(f"unknown framework {framework!r}", where="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
     return tuple(r for r in RULES if r.frameworks is None or framework in r.frameworks)
 
@@ -266,7 +187,7 @@ def _plural(n: int) -> str:
     return f"{n} candidate" + ("s" if n != 1 else "")
 
 
-def mask(table: Columns, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK, *, tally: Tally | None = None,
+def mask(table: Columns, facts: Facts, framework: str = DEFAULT_FRAMEWORK, *, tally: Tally | None = None,
          stage: str = "layout", rules: Iterable[Rule] | None = None) -> np.ndarray:
     """Rows of `table` that meet every rule evaluable on its columns and `facts` (all rules of `framework`, or
     the given ones). With `tally`, each removed row is booked to the first rule it breaks, under `stage`."""
@@ -274,7 +195,7 @@ def mask(table: Columns, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK
     ok = np.ones(n, dtype=bool)
     found: dict[str, Rejection] = {}
     for r in rules_for(framework) if rules is None else rules:
-        if not r.applies(table.keys(), facts, framework):
+        if not r.applies(table.keys(), facts):
             continue
         good = np.broadcast_to(np.asarray(r.holds(table, facts), dtype=bool), (n,))
         bad = ok & ~good
@@ -288,15 +209,23 @@ def mask(table: Columns, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK
     return ok
 
 
-def violations(layout: Layout, facts: Facts, framework: str | None = DEFAULT_FRAMEWORK) -> list[tuple[Rule, str]]:
-    """(rule, what is wrong) for every rule `layout` breaks under `facts` (with its numbers)."""
+Violation = tuple[Rule, str]
+"""A rule one layout breaks, and what is wrong in its numbers."""
+
+
+def broken(row: Mapping[str, int], facts: Facts, rules: Iterable[Rule]) -> list[Violation]:
+    """The given rules that one row of table columns (plain ints; any subset of the columns) breaks."""
+    table = {k: np.array([v], dtype=np.int64) for k, v in row.items()}
+    return [(r, r.says(row, facts)) for r in rules if r.applies(row.keys(), facts) and not mask(table, facts, rules=(r,))[0]]
+
+
+def violations(layout: Layout, facts: Facts, framework: str = DEFAULT_FRAMEWORK, *,
+               rules: Iterable[Rule] | None = None) -> list[Violation]:
+    """Every rule of `framework` (or every given rule) `layout` breaks under `facts`, with what is wrong."""
     row = {k: int(v[0]) for k, v in layout_to_row(layout).items()}
-    out = []
-    for r in rules_for(framework):
-        if r.applies(row.keys(), facts, framework) and not bool(np.all(r.holds(row, facts))):
-            out.append((r, r.says(row, facts)))
+    out = broken(row, facts, rules_for(framework) if rules is None else rules)
     lp = layout.layer_partition
-    if facts.num_layers is not None and lp is not None and sum(lp) != facts.num_layers:
+    if rules is None and facts.num_layers is not None and lp is not None and sum(lp) != facts.num_layers:
         out.append((PARTITION_RULE, f"layer_partition sums to {sum(lp)}, the model has {facts.num_layers} layers"))
     return out
 
@@ -306,21 +235,28 @@ PARTITION_RULE = Rule("partition_covers_layers", (), ("num_layers",), lambda c, 
 """The layer partition (not a table column) covers every layer once: checked by `violations` on a `Layout`."""
 
 
-def check_inputs(model: Any, workload: Any, gpus: int | None = None) -> None:
-    """Raise one `UserError` for the rules that read no layout (the workload against the model)."""
+def described(found: list[Violation]) -> str:
+    """'what is wrong [rule]; ...': how every refusal names the rules a layout breaks."""
+    return "; ".join(f"{text} [{r.name}]" for r, text in found)
+
+
+def fixes(found: list[Violation], facts: Facts) -> str:
+    return "; ".join(dict.fromkeys(r.fix_for(facts) for r, _ in found))
+
+
+def check_inputs(model: Any, workload: Any, gpus: int | None = None, *, framework: str = DEFAULT_FRAMEWORK) -> None:
+    """Raise one `UserError` for the rules of `framework` that read no layout (the workload and the model)."""
     facts = Facts.of(model, workload, gpus)
-    found = [(r, r.says({}, facts)) for r in RULES
-             if not r.columns and r.applies((), facts, None) and not bool(np.all(r.holds({}, facts)))]
+    found = broken({}, facts, rules_for(framework))
     if found:
-        raise UserError("; ".join(f"{text} [{r.name}]" for r, text in found),
-                        fix="; ".join(dict.fromkeys(r.fix_for(facts) for r, _ in found)))
+        where = f"--framework {framework}" if any(r.frameworks for r, _ in found) else None
+        raise UserError(described(found), where=where, fix=fixes(found, facts))
 
 
 def check(layout: Layout, model: Any = None, workload: Any = None, gpus: int | None = None, *,
-          framework: str | None = DEFAULT_FRAMEWORK) -> None:
-    """Raise one `UserError` naming every rule `layout` breaks for this model, workload and GPU count."""
+          framework: str = DEFAULT_FRAMEWORK) -> None:
+    """Raise one `UserError` naming every rule of `framework` `layout` breaks for this model, workload and GPU count."""
     facts = Facts.of(model, workload, gpus)
     found = violations(layout, facts, framework)
     if found:
-        raise UserError("invalid layout: " + "; ".join(f"{text} [{r.name}]" for r, text in found),
-                        fix="; ".join(dict.fromkeys(r.fix_for(facts) for r, _ in found)))
+        raise UserError("invalid layout: " + described(found), fix=fixes(found, facts))

@@ -25,7 +25,10 @@ Framework names: torch.distributed.pipelining classes as the executor builds the
 passes, ZB-H1's 1F1B-memory schedule); TorchTitan's `--parallelism.pipeline_parallel_schedule` is the class
 name without "Schedule"; Megatron-LM (core_v0.x) runs 1F1B, interleaved 1F1B with virtual pipeline stages
 (`--num-layers-per-virtual-pipeline-stage`), and has neither GPipe nor a zero-bubble schedule (zero-bubble
-pipelines exist as patches and forks of it, sail-sg/zero-bubble-pipeline-parallelism, not in Megatron-LM).
+pipelines exist as patches and forks of it, sail-sg/zero-bubble-pipeline-parallelism, not in Megatron-LM);
+DeepSpeed 0.19.8's PipelineEngine runs one TrainSchedule in 1F1B order (runtime/pipe/schedule.py). `name_in`
+answers for a framework name, and the framework rules (`planner.layout.framework_rules`) refuse a schedule
+a framework has no name for.
 """
 
 from __future__ import annotations
@@ -109,6 +112,10 @@ class PipelineSchedule:
     """Megatron-LM's schedule of that name (its args come from the exporter), None when it has none."""
     megatron_instead: str
     """What Megatron-LM runs instead, and what that costs, when `megatron` is None."""
+    deepspeed: str | None
+    """DeepSpeed's pipeline engine schedule of that name, None when it has none."""
+    deepspeed_instead: str
+    """Why DeepSpeed cannot run it, when `deepspeed` is None."""
     dominated_by: str | None = None
     """A schedule with the same makespan and no more memory: the search lists this one only when asked for."""
     source: str = ""
@@ -131,7 +138,9 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             objective=lambda m, v: (m - 1, 1, 0, 1), inflight_formula=_all_microbatches,
             virtual_stages=False, needs_microbatches_per_rank=False, microbatches_multiple_of_pp=False,
             splits_backward=False, torch_class="ScheduleGPipe", torch_multi_stage=False, torchtitan="GPipe",
-            megatron=None, megatron_instead="Megatron-LM runs 1F1B, not GPipe (same time, less activation memory)",
+            megatron=None, megatron_instead="Megatron-LM has no GPipe schedule: it runs 1F1B (same time, less "
+            "activation memory)", deepspeed=None,
+            deepspeed_instead="DeepSpeed's pipeline engine runs its own 1F1B-order TrainSchedule, not GPipe",
             dominated_by="1f1b", source="Huang et al. 2019: every forward, then every backward",
         ),
         PipelineSchedule(
@@ -139,7 +148,8 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             objective=lambda m, v: (m - 1, 1, 0, 1), inflight_formula=_one_f_one_b_inflight,
             virtual_stages=False, needs_microbatches_per_rank=True, microbatches_multiple_of_pp=False,
             splits_backward=False, torch_class="Schedule1F1B", torch_multi_stage=False, torchtitan="1F1B",
-            megatron="1F1B", megatron_instead="",
+            megatron="1F1B (forward_backward_pipelining_without_interleaving)", megatron_instead="",
+            deepspeed="PipelineEngine TrainSchedule (1F1B order)", deepspeed_instead="",
             source="PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1",
         ),
         PipelineSchedule(
@@ -147,7 +157,9 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             objective=lambda m, v: (m * v - 1, 1, 0, v), inflight_formula=_interleaved_inflight,
             virtual_stages=True, needs_microbatches_per_rank=True, microbatches_multiple_of_pp=True,
             splits_backward=False, torch_class="ScheduleInterleaved1F1B", torch_multi_stage=True,
-            torchtitan="Interleaved1F1B", megatron="interleaved 1F1B", megatron_instead="",
+            torchtitan="Interleaved1F1B", megatron="interleaved 1F1B (--num-layers-per-virtual-pipeline-stage)",
+            megatron_instead="", deepspeed=None,
+            deepspeed_instead="DeepSpeed's pipeline engine has no interleaved schedule",
             source="Narayanan et al. 2021 Sec. 2.2.2",
         ),
         PipelineSchedule(
@@ -156,7 +168,9 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             virtual_stages=False, needs_microbatches_per_rank=True, microbatches_multiple_of_pp=False,
             splits_backward=True, torch_class="ScheduleInterleavedZeroBubble", torch_multi_stage=True,
             torchtitan="InterleavedZeroBubble", megatron=None,
-            megatron_instead="Megatron-LM has no ZB-H1 schedule flag: it will run 1F1B (slower by the bubble difference)",
+            megatron_instead="Megatron-LM core_v0.19 has no zero-bubble schedule (ZB-H1) flag: it would run 1F1B, "
+            "slower by the bubble difference", deepspeed=None,
+            deepspeed_instead="DeepSpeed's pipeline engine has no zero-bubble schedule",
             source="Qi et al. 2023 Sec. 3.1 (ZB-H1)",
         ),
     )
@@ -169,6 +183,18 @@ SEARCH_ORDER: tuple[str, ...] = ("1f1b", "zb-h1", "gpipe", "interleaved")
 """Order in which the search lists the schedules of one layout (equal step times keep the first)."""
 ONE_RANK = "1f1b"
 """Without pipelining every schedule is the same loop of m forward/backward pairs: reported under this name."""
+
+
+def name_in(s: PipelineSchedule, framework: str) -> str | None:
+    """What `framework` calls schedule `s` (the executor: its torch class), None when it cannot run it; "any"
+    runs every schedule under its plan name."""
+    names = {"meshplan": s.torch_class, "torchtitan": s.torchtitan, "megatron": s.megatron, "deepspeed": s.deepspeed}
+    return names.get(framework, s.name)
+
+
+def missing_in(s: PipelineSchedule, framework: str) -> str:
+    """Why `framework` cannot run `s` (`name_in` is None), and what it runs instead."""
+    return {"megatron": s.megatron_instead, "deepspeed": s.deepspeed_instead}[framework]
 
 
 def schedule(name: str) -> PipelineSchedule:

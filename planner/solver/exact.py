@@ -27,7 +27,6 @@ import numpy as np
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult, evaluate_table
-from planner.frameworks.search import framework_pins
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
@@ -84,7 +83,6 @@ def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False
 ) -> SearchResult:
     """The `top` best feasible layouts under the cost model (see module docstring)."""
-    pins = framework_pins(ctx, pins)
     bw = AxisBandwidth(ctx.topology)
     space = space_of(ctx, pins, limits)
     shapes = shape_candidates(space)
@@ -172,7 +170,6 @@ def brute_force(
     from dataclasses import replace
 
     limits = replace(limits, prune_dominated=not include_dominated)
-    pins = framework_pins(ctx, pins)
     bw = AxisBandwidth(ctx.topology)
     space = space_of(ctx, pins, limits)
     table = expand_shapes(space, shape_candidates(space))

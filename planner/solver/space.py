@@ -9,14 +9,16 @@ virtual stages up to 8; dp among the divisors of the global batch (every sequenc
 Dominated options are left out unless pinned, because they can never be strictly better under the cost model:
 sequence parallelism off when tp > 1 (SP moves the same bytes with less element-wise work and less memory,
 Korthikanti et al. 2022), a schedule the registry marks dominated (GPipe where 1F1B is valid: same time,
-more activation memory), ZeRO-2/3 with pp > 1 (ZeRO-1's memory, at least its communication) and selective
-recomputation with FlashAttention (no score activations to drop).
+more activation memory), ZeRO-2/3 with pp > 1 where ZeRO-1 is valid (ZeRO-1's memory, at least its
+communication; a framework without ZeRO-1, TorchTitan, has them searched) and selective recomputation with
+FlashAttention (no score activations to drop). The framework the cost context plans for (`ctx.framework`)
+selects the rules (`rules.rules_for`): its feature sets are rules too, so its missing schedules, recompute
+policies, ZeRO stages and mesh orders never enter the tables.
 HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade gather bandwidth for memory).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +53,6 @@ class Pins:
     """User-fixed knobs (layout field names); everything not pinned is searched."""
 
     values: dict[str, Any] = field(default_factory=dict)
-    keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
-    """Row filter of the framework the search plans for (`planner.frameworks`): True for rows it can build."""
 
     def __post_init__(self) -> None:
         unknown = set(self.values) - set(PIN_FIELDS)
@@ -177,6 +177,9 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
         # memory and only adds the attention core's forward again: dominated by "none".
         rcs = [i for i in rcs if i != RecomputeCode.SELECTIVE]
+    if rcs:  # the policies the framework runs (its recompute rule reads that column alone)
+        col = np.array(rcs, dtype=np.int64)
+        rcs = col[choices.keep({"rc": col}, facts, pins.values, space.framework, space.tally, "recompute")].tolist()
     # Schedules per distinct (pp, m); ZeRO options per distinct dp.
     sched_keys, sched_inv = np.unique(np.stack([pp, m]), axis=1, return_inverse=True)
     sched_opts, n_sched = _padded(choices.schedule_options(
@@ -213,6 +216,4 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -
     table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
     # Every rule once more over the whole rows: those that read columns of several groups above.
     ok = rules.mask(table, facts, space.framework, tally=space.tally, stage="layout")
-    if pins.keep is not None and len(table["dp"]):
-        ok &= pins.keep(table)
     return table if ok.all() else {k: v[ok] for k, v in table.items()}

@@ -1,4 +1,4 @@
-"""The one rule set (planner.layout.rules): one predicate per rule serves the scalar check and the search's
+"""The one rule set (planner.layout.rules): one predicate per rule serves the one-plan check and the search's
 columns, violations are reported by name with their numbers and fix, frameworks select their rules, and the
 workload defaults adapt to the model."""
 
@@ -37,7 +37,7 @@ def test_each_rule_gives_the_same_verdict_on_columns_and_on_one_row() -> None:
     facts = Facts.of(preset("tiny-moe"), Workload(global_batch=96, seq_len=40), 32)
     for r in RULES:
         col = np.broadcast_to(np.asarray(r.holds(table, facts), dtype=bool), (400,))
-        one = [bool(np.all(r.holds({k: int(v[i]) for k, v in table.items()}, facts))) for i in range(400)]
+        one = [bool(np.all(r.holds({k: v[i:i + 1] for k, v in table.items()}, facts))) for i in range(400)]
         assert col.tolist() == one, r.name
         assert col.sum() > 0 or not r.columns, r.name  # the cases exercise every rule both ways
         assert (~col).any() or not r.columns, r.name
@@ -57,6 +57,10 @@ def test_check_names_every_broken_rule_with_its_numbers_and_fix() -> None:
 def test_layout_runs_the_rules_that_need_no_model() -> None:
     with pytest.raises(ValidationError, match=r"dp_shard=3 must divide dp=4"):
         Layout(dp=4, zero=1, dp_shard=3)
+    with pytest.raises(ValidationError, match=r"dp=2361183241434822606848 is larger than any layout can be"):
+        Layout(dp=2**71)  # a plan file's number, not an overflow inside the rules' int64 columns
+    with pytest.raises(ValidationError, match=r"layer_partition=4294967296 is larger"):
+        Layout(pp=2, layer_partition=(1, 2**32))
     with pytest.raises(ValidationError, match=r"num_microbatches=2 < pp=4"):
         Layout(pp=4, num_microbatches=2)
     Layout(pp=4, num_microbatches=2, schedule="gpipe")  # GPipe needs no micro-batch per rank
@@ -84,13 +88,13 @@ def test_tp_must_divide_the_kv_heads_in_search_and_explain_alike() -> None:
 
 def test_expert_parallel_groups_are_a_meshplan_rule_the_search_respects() -> None:
     """meshplan run builds EP groups as blocks of the data axes: the search never plans another, and a plan
-    that is not one is refused by name; other frameworks' what-ifs (framework=None) are not held to it."""
+    that is not one is refused by name; what-ifs without a framework's rules (framework="any") are not held to it."""
     model = preset("tiny-moe").model_copy(update={"moe": preset("tiny-moe").moe.model_copy(update={"num_experts": 6})})
     layout = Layout(dp=12, zero=3, dp_shard=4, ep=6, micro_batch=1)  # EP 6 over dp_shard 4: not a block
     workload = Workload(global_batch=12, seq_len=64)
-    with pytest.raises(UserError, match=r"ep=6 is not a block of the data axes.*\[ep_groups_are_mesh_blocks\]"):
+    with pytest.raises(UserError, match=r"ep=6 is not a block of the data axes.*\[meshplan.ep-group\]"):
         rules.check(layout, model, workload, 12)
-    rules.check(layout, model, workload, 12, framework=None)
+    rules.check(layout, model, workload, 12, framework="any")
     cluster = hardware_profiles.cluster("local-cpu", gpus=12)
     plans = search(model, cluster, workload, top=5, ep=6)
     assert plans and all(not rules.violations(p.layout, Facts.of(model, workload, 12)) for p in plans)
