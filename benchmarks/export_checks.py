@@ -35,11 +35,12 @@ from planner.export import export
 from planner.export.check import CHECKERS, CHECKS_DIR
 from planner.frameworks import framework
 from planner.layout import Layout
+from planner.layout.table import SEARCHED_ORDERS
 from planner.model import load_model
 from planner.workload import Workload
 
 FRAMEWORKS = ("torchtitan", "megatron", "deepspeed")
-DP_OUTER = ("dp_replicate", "dp_shard", "pp", "cp", "tp")
+DP_OUTER = SEARCHED_ORDERS[1]  # DP outermost
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b")
 
@@ -91,7 +92,7 @@ def build_cases(only: str | None, sizes: tuple[int, ...]) -> list[dict]:
                 case = {"set": "fixed", "framework": fw, "case": f"{name} ({model_name})", "layout": layout.describe()}
                 breaches = framework(fw).breaches(layout, model, w)
                 if breaches:
-                    cases.append({**case, "result": "refused", "message": "; ".join(b.rule for b in breaches)})
+                    cases.append({**case, "result": "refused", "message": "; ".join(r.name for r, _ in breaches)})
                     continue
                 plan = planner.evaluate(model, c32, w, layout, allow_oom=True, framework=fw)
                 cases.append({**case, "plan": plan, "target": fw})

@@ -26,6 +26,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 import hardware_profiles
+from planner.layout.names import RECOMPUTE_NAMES
+from planner.layout.schedules import SCHEDULE_NAMES
 from planner.model import ModelSpec, preset
 from planner.model.spec import MoESpec
 
@@ -105,14 +107,14 @@ class ParallelismBlock(_Notes):
     dp: int = Field(gt=0)
     cp: int = 1
     ep: int = 1
-    schedule: Literal["1f1b", "interleaved", "zb-h1", "gpipe"] | None = None
+    schedule: Literal[SCHEDULE_NAMES] | None = None  # type: ignore[valid-type]
     vpp: int | None = None
     zero: int | None = None
     sequence_parallel: bool | None = None
 
 
 class RecomputeBlock(_Notes):
-    policy: Literal["none", "selective", "full"] | None = None
+    policy: Literal[RECOMPUTE_NAMES] | None = None  # type: ignore[valid-type]
     setting: str | None = None
 
 

@@ -13,6 +13,7 @@ import typer
 from planner.cli.app import abort, app, out
 from planner.cli.options import emit_json
 from planner.errors import UserError
+from planner.layout.names import RECOMPUTE_NAMES
 
 if TYPE_CHECKING:
     from planner.model.report import ModelReport
@@ -98,7 +99,7 @@ def _render(report: ModelReport) -> None:
         _n(c.training["none"].model_flops),
         _n(f.training["none"].model_flops),
     )
-    for policy in ("none", "selective", "full"):
+    for policy in RECOMPUTE_NAMES:
         flops.add_row(
             f"training, hardware (recompute {policy})",
             _n(c.training[policy].hardware_flops),

@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING, Any
 from planner.export import ExportResult, header, launch_shape
 from planner.export.script import shell_array, torchrun
 from planner.frameworks.megatron import PROFILE
+from planner.layout.framework_rules import order_allowed
+from planner.layout.table import SEARCHED_ORDERS, layout_to_row
 
 if TYPE_CHECKING:
     from planner.plan import Plan
 
-ORDERS = {
-    ("pp", "dp_replicate", "dp_shard", "cp", "tp"): [],
-    ("dp_replicate", "dp_shard", "pp", "cp", "tp"): ["--use-tp-pp-dp-mapping"],
-}
+ORDER_ARGS = ([], ["--use-tp-pp-dp-mapping"])
+"""Megatron's argument for each of the searched mesh orders (`planner.layout.table.SEARCHED_ORDERS`: PP outermost,
+Megatron's default tp-cp-ep-dp-pp; DP outermost, tp-cp-ep-pp-dp), the two orders its rules allow."""
 
 
 def pipeline_args(num_layers: int, partition: tuple[int, ...], pp: int, v: int) -> list[str]:
@@ -127,9 +128,8 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--overlap-grad-reduce")
         if lay.zero >= 1:
             args.append("--overlap-param-gather")
-    order = tuple(lay.mesh_axes)
-    if order in ORDERS:
-        args += ORDERS[order]
+    row = layout_to_row(lay)  # the first of Megatron's orders that gives the plan's rank grid (megatron.mesh-order)
+    args += next((a for o, a in zip(SEARCHED_ORDERS, ORDER_ARGS) if order_allowed(row, (o,))[0]), [])
     args += model_args(plan)
     return args, warnings
 

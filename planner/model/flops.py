@@ -27,10 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from planner.layout.names import RECOMPUTE_NAMES
+
 if TYPE_CHECKING:
     from planner.model.spec import ModelSpec
 
-RECOMPUTE_POLICIES = ("none", "selective", "full")
+RECOMPUTE_POLICIES = RECOMPUTE_NAMES
+"""The recomputation policies (`planner.layout.names`)."""
 
 
 @dataclass(frozen=True)

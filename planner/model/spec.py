@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 import planner.model.flops as _flops
 import planner.model.params as _params
+from planner.layout.names import RECOMPUTE_NAMES
 
-RecomputePolicy = Literal["none", "selective", "full"]
+RecomputePolicy = Literal[RECOMPUTE_NAMES]  # type: ignore[valid-type]  (planner.layout.names)
 
 # Input-sanity bounds (not facts about any model): each is 50x or more beyond the largest published value
 # (126 layers for Llama 3 405B, h = 25,600 for Megatron-LM's 1T GPT, 256 experts for DeepSeek-V3, a 256k
