@@ -1,6 +1,7 @@
 """`meshplan run [PLAN.json]`: execute a plan with torchrun, then show measured next to predicted.
 
     meshplan run                                  # plan the tiny model on this machine (4 gloo ranks), run it
+    meshplan run --global-batch 8 --steps 3       # the same, smaller and shorter
     meshplan run plan.json --steps 50 --smoke     # any plan's layout at toy size (world size must match)
     meshplan run plan.json --nnodes 2 --node-rank 0 --rdzv-endpoint host0:29500   # on every host
 
@@ -27,6 +28,7 @@ Faults during a run:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -50,20 +52,24 @@ if TYPE_CHECKING:
 DEFAULT_RANKS = 4
 """Gloo ranks of the no-argument run: 4 processes exercise 2-D layouts and finish in seconds on 2 cores."""
 DEFAULT_MODEL = "tiny"
-"""Model of the no-argument run; its workload is the model's default one (`Workload.for_model`), as in
-`meshplan plan`: 512 sequences of its full 64-token context."""
+"""Model of the no-argument run. Its workload is the model's default one (`Workload.for_model`), as in
+`meshplan plan`: 512 sequences of its full 64-token context, 32 Ki tokens a step. Kept for a laptop: about
+1.5 s a step on 4 ranks of a busy 2-core machine, so 10 steps and start-up take about half a minute (less on
+more cores); `--global-batch` makes it smaller."""
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _default_plan(nproc: int):
-    """The best plan for the tiny model on `nproc` local gloo ranks (the lead's planner.search)."""
+def _default_plan(nproc: int, global_batch: int | None = None):
+    """The best plan for the tiny model on `nproc` local gloo ranks (planner.search), with the model's default
+    workload or `global_batch` sequences."""
     import hardware_profiles as hp
     from planner import search
     from planner.layout import Workload
     from planner.model import preset
 
     model = preset(DEFAULT_MODEL)
-    plans = search(model, hp.cluster("local-cpu", gpus=nproc), Workload.for_model(model), top=1)
+    plans = search(model, hp.cluster("local-cpu", gpus=nproc), Workload.for_model(model, global_batch=global_batch),
+                   top=1)
     return plans[0]
 
 
@@ -192,6 +198,8 @@ def _render(s: RunSummary) -> None:
 def run_command(
     plan_file: Path = typer.Argument(None, metavar="[PLAN.json]", help="Plan to run (default: plan the tiny model here)."),
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps."),
+    global_batch: int = typer.Option(None, "--global-batch", min=1, metavar="SEQS", help="Sequences per step of the "
+                                     "tiny model planned here (no PLAN.json). (default: 512)"),
     smoke: bool = typer.Option(False, "--smoke", help="Toy-size model with the plan's layout (runs anywhere)."),
     metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl)."),
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Hosts (one torchrun agent each)."),
@@ -226,6 +234,10 @@ def run_command(
     if rdzv_endpoint is not None and (":" not in rdzv_endpoint or not rdzv_endpoint.rsplit(":", 1)[1].isdigit()):
         abort(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT")
     check_targets(json_out, force=force)  # before planning or launching anything
+    if global_batch is not None and plan_file is not None:
+        abort(f"--global-batch applies when no plan is given; {plan_file} fixes its own batch; fix: drop --global-batch, "
+              "or re-plan with meshplan plan --global-batch")
+    default_plan = functools.partial(_default_plan, global_batch=global_batch)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if replan_if_off is not None or calibrate:  # planner/cli/run_replan.py
         from planner.cli import run_replan
@@ -233,18 +245,18 @@ def run_command(
         run_dir = run_dir or Path("runs") / f"{plan_file.stem if plan_file else 'default'}-{stamp}"
         try:
             if replan_if_off is None:
-                plan_file = run_replan.calibrated_plan_file(plan_file, run_dir, nproc or DEFAULT_RANKS, _default_plan)
+                plan_file = run_replan.calibrated_plan_file(plan_file, run_dir, nproc or DEFAULT_RANKS, default_plan)
             else:
                 passthrough = [*(["--smoke"] if smoke else []), *(["--data", str(data)] if data else []),
                                *(["--nproc", str(nproc)] if nproc else [])]
                 final = [*(["--json", json_out] if json_out else []), *(["--force"] if force else [])]
                 raise typer.Exit(run_replan.run_with_replan(
                     plan_file=plan_file, pct=replan_if_off, steps=steps, run_dir=run_dir, nproc=nproc,
-                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=_default_plan))
+                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=default_plan))
         except UserError as exc:
             abort(str(exc))
     if plan_file is None:
-        plan = _default_plan(nproc or DEFAULT_RANKS)
+        plan = default_plan(nproc or DEFAULT_RANKS)
         run_dir = run_dir or Path("runs") / f"default-{stamp}"
         run_dir.mkdir(parents=True, exist_ok=True)
         plan_path = run_dir / "plan.json"

@@ -43,8 +43,9 @@ def _gpu_plan(tmp: Path) -> Path:
 @pytest.mark.timeout(300)
 def test_run_without_arguments_plans_and_runs_here(tmp_path: Path) -> None:
     """No plan: the tiny model is planned for 4 local gloo ranks (planner.search), run for 10 steps, and a
-    measured-vs-predicted table goes to stdout."""
-    proc = meshplan(["run"], tmp_path)
+    measured-vs-predicted table goes to stdout. The default workload (512 sequences) is only made smaller here,
+    to keep the test short; a plan file fixes its own batch."""
+    proc = meshplan(["run", "--global-batch", "8"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "measured vs predicted" in proc.stdout
     for row in ("median step time", "tokens/s", "MFU", "deviation"):
@@ -55,6 +56,9 @@ def test_run_without_arguments_plans_and_runs_here(tmp_path: Path) -> None:
     assert all(r["peak_memory_bytes"] is None and r["predicted_step_time_s"] > 0 for r in rows)
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["inputs"]["model"]["name"] == "tiny" and len(plan["placement"]) == 4
+    assert plan["inputs"]["workload"]["global_batch"] == 8 and plan["inputs"]["workload"]["seq_len"] == 64
+    refused = meshplan(["run", str(run_dir / "plan.json"), "--global-batch", "8"], tmp_path)
+    assert refused.returncode == 2 and "--global-batch applies when no plan is given" in refused.stderr
 
 
 @pytest.mark.timeout(300)
