@@ -82,9 +82,10 @@ def _user_error_message(exc: Exception) -> str | None:
     from pydantic import ValidationError
 
     from hardware_profiles import ProfileError
+    from hardware_profiles.reader import InputFileError
     from planner.errors import format_validation_error
 
-    if isinstance(exc, ProfileError):
+    if isinstance(exc, ProfileError | InputFileError):
         return str(exc)
     if isinstance(exc, ValidationError):
         return format_validation_error(exc, exc.title)

@@ -380,7 +380,9 @@ class user_errors:  # noqa: N801 (used as a context manager: `with user_errors()
         from planner.cli.app import abort
         from planner.errors import format_validation_error
 
-        if isinstance(exc, (UserError, hardware_profiles.ProfileError)):
+        from hardware_profiles.reader import InputFileError
+
+        if isinstance(exc, UserError | hardware_profiles.ProfileError | InputFileError):
             abort(str(exc))
         if isinstance(exc, ValidationError):
             abort(format_validation_error(exc, exc.title))

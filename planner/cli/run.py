@@ -28,7 +28,6 @@ Faults during a run:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import statistics
@@ -142,9 +141,11 @@ def _launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, l
 
 
 def _summarise(plan, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
+    from hardware_profiles.reader import MAX_PLAN_BYTES, parse_json, read_text
     from planner.cli._run_summary import RunSummary
 
-    rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = read_text(metrics, max_bytes=MAX_PLAN_BYTES, what="metrics file")
+    rows = [parse_json(line, where=f"{metrics} line {i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not rows:
         raise UserError("no steps were recorded", where=str(metrics))
     body = rows[1:] if len(rows) > 1 else rows  # the first step pays one-off setup (warm-up)

@@ -19,12 +19,12 @@ and predicted per step, the final table) is the same; the second phase's table i
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from hardware_profiles.reader import read_json
 from planner.cli.app import err
 from planner.errors import UserError
 from planner.io import write_text_atomic
@@ -112,7 +112,7 @@ def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: 
                     "--json", str(probe_json), "--force", *passthrough])
     if probe.returncode != 0:
         return probe.returncode
-    summary = json.loads(probe_json.read_text(encoding="utf-8"))
+    summary = read_json(probe_json, what="probe summary")
     deviation = summary["median_step_time_s"] / summary["predicted_step_time_s"] - 1.0
     off = abs(deviation) * 100 > pct
     err.print(f"probe median {summary['median_step_time_s'] * 1e3:.1f} ms vs predicted "
