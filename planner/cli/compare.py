@@ -128,14 +128,9 @@ def compare_command(
 
 
 def _write_csv(frame: Any, target: str, force: bool) -> None:
-    import sys
-
     from planner.io import write_text_atomic
 
-    text = frame.to_csv(index=False)
-    if target == "-":
-        sys.stdout.write(text)
-        return
     with user_errors():
-        write_text_atomic(Path(target), text, force=force)
-    err.print(f"wrote {target}", markup=False)
+        write_text_atomic(target, frame.to_csv(index=False), force=force)
+    if target != "-":
+        err.print(f"wrote {target}", markup=False)

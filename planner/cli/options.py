@@ -377,10 +377,9 @@ class user_errors:  # noqa: N801 (used as a context manager: `with user_errors()
         from pydantic import ValidationError
 
         import hardware_profiles
+        from hardware_profiles.reader import InputFileError
         from planner.cli.app import abort
         from planner.errors import format_validation_error
-
-        from hardware_profiles.reader import InputFileError
 
         if isinstance(exc, UserError | hardware_profiles.ProfileError | InputFileError):
             abort(str(exc))
@@ -392,12 +391,13 @@ class user_errors:  # noqa: N801 (used as a context manager: `with user_errors()
 def emit_json(text: str, target: str | None, *, force: bool) -> bool:
     """Write the command's one JSON document if asked; True when it went to stdout (then print no tables)."""
     from planner.cli.app import err, write_json_output
+    from planner.io import is_stdout
 
     if target is None:
         return False
     with user_errors():
         write_json_output(text, target, force=force)
-    if target == "-":
+    if is_stdout(target):  # '-' or /dev/stdout: the document is the whole output, no tables after it
         return True
     err.print(f"wrote {target}", markup=False)
     return False
