@@ -25,7 +25,8 @@ class RunSummary(BaseModel):
     predicted_tokens_per_s: float = Field(description="Cost model's throughput (tokens/s).")
     median_mfu: float | None = Field(description="Measured median MFU (fraction); null if the peak is unknown.")
     predicted_mfu: float = Field(description="Cost model's MFU (fraction).")
-    deviation: float | None = Field(description="median_step_time_s / predicted_step_time_s - 1 (fraction).")
+    deviation: float | None = Field(description="median_step_time_s / predicted_step_time_s - 1 (fraction); null "
+                                   "under --smoke (the predictions are for the full-size model).")
     peak_memory_bytes: int | None = Field(description="Largest measured peak over steps and ranks (bytes); null on CPU.")
     predicted_peak_memory_bytes: float = Field(description="Cost model's peak memory, max over pipeline stages (bytes).")
     final_loss: float = Field(description="Loss of the last step.")

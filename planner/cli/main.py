@@ -77,6 +77,8 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into a silent exit 130
+        _say("interrupted")
     return code if isinstance(code, int) else 0
 
 

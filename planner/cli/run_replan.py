@@ -44,13 +44,31 @@ def calibrate_here(run_dir: Path, nproc: int) -> Path:
     return path
 
 
-def replanned(plan, cluster_path: Path):
-    """The best plan for `plan`'s model and workload on the calibrated profile, for the same ranks."""
+def replanned(plan, cluster_path: Path, *, world: int | None = None):
+    """The best plan for `plan`'s model and workload on the calibrated profile of `plan.world_size` devices;
+    with `world`, the best that uses exactly `world` ranks (the search may otherwise leave devices idle when
+    fewer ranks are faster). None when no layout uses exactly `world` ranks."""
+    import dataclasses
+
     import hardware_profiles as hp
-    from planner import search
+    from planner.api import plans_from_result, search_result
 
     cluster = hp.cluster(str(cluster_path), gpus=plan.world_size)
-    return search(plan.inputs.model, cluster, plan.inputs.workload, top=1)[0]
+    inputs = plan.inputs
+    ctx, result = search_result(inputs.model, cluster, inputs.workload, top=1 if world is None else ALL_LAYOUTS)
+    if world is not None:
+        t = result.table
+        keep = (t["dp"] * t["tp"] * t["pp"] * t["cp"] == world).nonzero()[0][:1]
+        if len(keep) == 0:
+            return None
+        result = dataclasses.replace(result, table={k: v[keep] for k, v in t.items()},
+                                     step_time_s=result.step_time_s[keep])
+    return plans_from_result(ctx, result)[0]
+
+
+ALL_LAYOUTS = 4096
+"""Rows kept by the search when a world size is required: every layout of a small local job (the tiny
+model on a few gloo ranks has a few hundred), so the best one of that size is among them."""
 
 
 def recosted(plan, cluster_path: Path):
@@ -62,20 +80,35 @@ def recosted(plan, cluster_path: Path):
     return evaluate(plan.inputs.model, cluster, plan.inputs.workload, plan.layout, allow_oom=True)
 
 
-def calibrated_plan_file(plan_file: Path | None, run_dir: Path, nproc: int, default_plan) -> Path:
-    """--calibrate: calibrate, then write RUN_DIR/plan.json planned (or re-costed) on the result."""
+def calibrated_plan_file(plan_file: Path | None, run_dir: Path, nproc: int, default_plan, *,
+                         keep_world: bool = False) -> Path:
+    """--calibrate: calibrate, then write RUN_DIR/plan.json planned (or re-costed) on the result.
+
+    Without a plan the tiny model is planned on `nproc` calibrated devices: on exactly `nproc` ranks when the
+    user asked for them (`keep_world`, --nproc); otherwise the search may choose fewer ranks (on CPU one rank
+    is often fastest: gloo communication costs more than the compute it splits), and then says so."""
     from planner.plan import Plan
 
     cluster = calibrate_here(run_dir, nproc)
     if plan_file is None:
         base = default_plan(nproc)
-        plan = replanned(base, cluster)
+        plan = replanned(base, cluster, world=nproc if keep_world else None)
+        if plan is None:
+            raise UserError(f"no layout of the tiny model uses exactly {nproc} ranks", where="--nproc",
+                            fix="choose another --nproc")
         err.print(f"planned {plan.layout.describe()} for {plan.inputs.model.name} on the calibrated profile "
                   f"(predicted {plan.prediction.step_time_s * 1e3:.1f} ms/step)", markup=False)
+        if plan.world_size < nproc:
+            full = replanned(base, cluster, world=nproc)
+            than = (f" than the best on {nproc} ({full.prediction.step_time_s * 1e3:.1f} ms: communication costs more "
+                    "than the compute it splits)") if full is not None else ""
+            err.print(f"note: {plan.world_size} rank(s) instead of {nproc}: the calibrated profile predicts "
+                      f"{plan.world_size} faster{than}; pass --nproc {nproc} to run {nproc} ranks anyway", markup=False)
     else:
         plan = recosted(Plan.load(plan_file), cluster)
         err.print(f"re-costed {plan.layout.describe()} on the calibrated profile: predicted "
                   f"{plan.prediction.step_time_s * 1e3:.1f} ms/step", markup=False)
+    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "plan.json"
     write_text_atomic(path, plan.to_json(), force=True)  # the run folder's own copy
     return path
@@ -122,7 +155,7 @@ def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: 
     next_plan = plan_path
     if off:
         cluster = calibrate_here(run_dir / "calibration", plan.world_size)
-        new = replanned(plan, cluster)
+        new = replanned(plan, cluster, world=plan.world_size) or replanned(plan, cluster)  # same ranks if any
         next_plan = run_dir / "replanned.json"
         write_text_atomic(next_plan, new.to_json(), force=True)
         same = new.layout.describe() == plan.layout.describe()
