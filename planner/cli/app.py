@@ -12,6 +12,28 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
+HELP_WIDTH = 120
+"""Columns `--help` is drawn in when the terminal is narrower or unknown (output into a pipe or file): at 80,
+rich squeezes typer's option tables until names are cut ("--num-microbatch…", "--sequence-paral…"); 120
+fits every option of every command (tests/unit/test_cli_help.py checks it). A wider terminal is used as is."""
+
+
+def _set_help_width() -> None:
+    """typer draws help in `typer.rich_utils.MAX_WIDTH` columns (None: the terminal's, 80 in a pipe)."""
+    import os
+    import shutil
+
+    import typer.rich_utils
+
+    if os.environ.get("TERMINAL_WIDTH"):  # the user's explicit choice, which typer reads itself
+        return
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else shutil.get_terminal_size((0, 0)).columns
+    typer.rich_utils.MAX_WIDTH = max(width, HELP_WIDTH)
+
+
+_set_help_width()
+
 app = typer.Typer(
     name="meshplan",
     help="Plan, compare and run N-dimensional parallel layouts (DP x TP x PP x CP x EP) for large-model training.",

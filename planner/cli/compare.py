@@ -9,6 +9,8 @@ rc, mesh=pp/dp_replicate/dp_shard/cp/tp) are evaluated against the input options
 against the first plan file's inputs; pins given as options fill knobs the string leaves out, and the rest
 default as in `meshplan evaluate`. Layouts that do not fit are listed with fits = NO. With no plan file and no
 --layout, the top 5 of a search are compared. `--csv FILE` writes the table; `--json FILE` the same rows.
+The table shows MFU as a percentage (like every human-readable output); CSV and JSON keep the fraction of
+plan files (`prediction.mfu`, 0..1).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ BREAKDOWN_COLUMNS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_com
 GiB = 2**30
 SHORT_NAMES = {"compute_s": "compute s", "tp_comm_s": "tp s", "cp_comm_s": "cp s", "ep_comm_s": "ep s",
                "pp_comm_s": "pp s", "dp_comm_s": "dp s", "bubble_s": "bubble s", "optimizer_s": "optim s",
-               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU", "peak_memory_gib": "peak GiB"}
-"""Column headers of the rendered table (the CSV and JSON keep the full names)."""
+               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU %", "peak_memory_gib": "peak GiB"}
+"""Column headers of the rendered table (the CSV and JSON keep the full names, and MFU as a fraction)."""
 
 
 def plan_row(source: str, plan: Plan) -> dict[str, Any]:
@@ -80,7 +82,7 @@ def compare_command(
                                       show_default=False),
     top: int = typer.Option(None, "--top", min=1, show_default=False,
                             help="Add the K best plans of a search. (default: 5 when nothing else is given)"),
-    csv_out: str = typer.Option(None, "--csv", metavar="FILE", help="Write the table as CSV ('-' = stdout)."),
+    csv_out: str = typer.Option(None, "--csv", metavar="FILE", help="Write the table as CSV ('-' = stdout; mfu as a fraction 0..1, as in plan files)."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the rows as a JSON list ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --csv/--json files if they exist."),
     inputs: dict = None,  # type: ignore[assignment]  (filled by use_options)
@@ -121,8 +123,9 @@ def compare_command(
     if emit_json(json.dumps(frame.to_dict(orient="records"), indent=1), json_out, force=force):
         return
     shown = frame.drop(columns=[c for c in BREAKDOWN_COLUMNS if c != "compute_s" and not frame[c].any()])
+    shown = shown.assign(mfu=shown["mfu"] * 100)  # a percentage, as everywhere in human output
     print_wide(out, dataframe_table(shown.rename(columns=SHORT_NAMES), title="comparison (exposed seconds per step)",
-                                    formats={"tokens/s": ",.0f", "MFU": ".3f", "peak GiB": ".1f"}))
+                                    formats={"tokens/s": ",.0f", "MFU %": ".1f", "peak GiB": ".1f"}))
     if not frame["fits"].all():
         err.print("warning: some layouts do not fit in GPU memory (fits = NO)", markup=False)
 

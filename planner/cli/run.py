@@ -132,7 +132,8 @@ def _render(s: RunSummary) -> None:
 def run_command(
     plan_file: Path = typer.Argument(None, metavar="[PLAN.json]", help="Plan to run (default: plan the tiny model here)."),
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps."),
-    smoke: bool = typer.Option(False, "--smoke", help="Toy-size model with the plan's layout (runs anywhere)."),
+    smoke: bool = typer.Option(False, "--smoke", help="Toy-size model and batch with the plan's layout (runs anywhere; "
+                               "not compared with the full-size predictions)."),
     metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl)."),
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Hosts (one torchrun agent each)."),
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="This host's index (0 hosts the rendezvous store)."),

@@ -115,3 +115,15 @@ def test_bad_inputs_exit_2(tmp_path) -> None:
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     missing = run("compare", str(tmp_path / "none.json"))
     assert missing.exit_code == 2 and "cannot read plan" in missing.stderr
+
+
+def test_mfu_is_a_percentage_in_the_table_and_a_fraction_in_json() -> None:
+    """`plan` showed 40.2 % while `compare` showed 0.402: every human-readable output uses the percentage."""
+    tiny = ["--model", "tiny", "--cluster", "local-cpu", "--gpus", "4", "--seq-len", "64", "--global-batch", "8",
+            "--top", "1"]
+    rows = json.loads(run("compare", *tiny, "--json", "-").stdout)
+    table = run("compare", *tiny).stdout
+    assert "MFU %" in table and f"{100 * rows[0]['mfu']:.1f}" in table, table
+    assert 0 < rows[0]["mfu"] < 1  # JSON (and CSV) keep the plan file's fraction
+    plan = run("plan", *tiny).stdout
+    assert f"{100 * rows[0]['mfu']:.1f} %" in plan

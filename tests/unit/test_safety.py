@@ -299,7 +299,6 @@ def test_a_named_host_is_used_as_given(tmp_path: Path, monkeypatch: pytest.Monke
     from cli_inputs import tiny_plan_json
 
     from planner.cli import run as run_cli
-
     from planner.cli import run_checks
 
     seen: dict = {}
