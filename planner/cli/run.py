@@ -60,15 +60,22 @@ class TokenDtype(str, Enum):
     uint32 = "uint32"
 
 
-def _default_plan(nproc: int):
-    """The best plan for the tiny model on `nproc` local gloo ranks (the lead's planner.search)."""
+def _default_plan(nproc: int, keep_world: bool = False):
+    """The best plan for the tiny model on `nproc` local gloo ranks; with `keep_world` (the user gave
+    --nproc), the best that uses all `nproc` of them."""
     import hardware_profiles as hp
-    from planner import search
+    from planner.cli.run_replan import best_plan
     from planner.model import preset
     from planner.workload import Workload
 
-    plans = search(preset("tiny"), hp.cluster("local-cpu", gpus=nproc), Workload(**DEFAULT_WORKLOAD), top=1)
-    return plans[0]
+    model, workload = preset("tiny"), Workload(**DEFAULT_WORKLOAD)
+    plan = best_plan(model, hp.cluster("local-cpu", gpus=nproc), workload, world=nproc if keep_world else None)
+    if plan is None:
+        fits = [n for n in range(1, 9) if best_plan(model, hp.cluster("local-cpu", gpus=n), workload, world=n)]
+        raise UserError(f"no layout of the tiny model ({workload.batch} sequences of {workload.seq_len}) uses "
+                        f"exactly {nproc} ranks", where=f"--nproc {nproc}",
+                        fix=f"use --nproc {', '.join(map(str, fits))}")
+    return plan
 
 
 def _summarise(plan, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
@@ -209,7 +216,7 @@ def run_command(
             abort(str(exc))
     try:
         if plan_file is None:
-            plan = _default_plan(nproc or DEFAULT_RANKS)
+            plan = _default_plan(nproc or DEFAULT_RANKS, keep_world=nproc is not None)
             run_dir = run_dir or Path("runs") / f"default-{stamp}"
             plan_path = run_dir / "plan.json"
         else:

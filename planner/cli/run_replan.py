@@ -46,16 +46,22 @@ def calibrate_here(run_dir: Path, nproc: int) -> Path:
 
 def replanned(plan, cluster_path: Path, *, world: int | None = None):
     """The best plan for `plan`'s model and workload on the calibrated profile of `plan.world_size` devices;
-    with `world`, the best that uses exactly `world` ranks (the search may otherwise leave devices idle when
-    fewer ranks are faster). None when no layout uses exactly `world` ranks."""
-    import dataclasses
-
+    with `world`, the best that uses exactly `world` ranks. None when no layout uses exactly `world` ranks."""
     import hardware_profiles as hp
-    from planner.api import plans_from_result, search_result
 
     cluster = hp.cluster(str(cluster_path), gpus=plan.world_size)
-    inputs = plan.inputs
-    ctx, result = search_result(inputs.model, cluster, inputs.workload, top=1 if world is None else ALL_LAYOUTS)
+    return best_plan(plan.inputs.model, cluster, plan.inputs.workload, world=world)
+
+
+def best_plan(model, cluster, workload, *, world: int | None = None):  # noqa: ANN001, ANN201
+    """The best plan on `cluster`; with `world`, the best that uses exactly `world` ranks (the search may
+    otherwise leave devices idle when fewer ranks are faster, which a user who asked for N ranks did not
+    want). None when no layout uses exactly `world` ranks."""
+    import dataclasses
+
+    from planner.api import plans_from_result, search_result
+
+    ctx, result = search_result(model, cluster, workload, top=1 if world is None else ALL_LAYOUTS)
     if world is not None:
         t = result.table
         keep = (t["dp"] * t["tp"] * t["pp"] * t["cp"] == world).nonzero()[0][:1]

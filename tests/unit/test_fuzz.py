@@ -12,7 +12,7 @@ refusal is exactly one `error: ...` line on stderr, never a traceback.
 
 File types: generated inputs and outputs include folders, FIFOs (with a helper thread at the other end),
 /dev/null, character device nodes (mknod, as root), symlinks and dangling symlinks; documents nested up to
-3,000 levels; plan predictions set to NaN, Infinity or negative values (each must be refused). `meshplan run`
+1,500 levels; plan predictions set to NaN, Infinity or negative values (each must be refused). `meshplan run`
 gets generated flags with torchrun replaced by a recorder (whatever it would launch must pass the workers'
 option parser).
 
@@ -194,7 +194,7 @@ def test_raw_bytes(workdir: Path, data: st.DataObject, kind: str) -> None:
 @fuzz(150)
 @given(data=st.data(), kind=st.sampled_from(sorted(RAW_KINDS)))
 def test_nesting_depth(workdir: Path, data: st.DataObject, kind: str) -> None:
-    """Documents nested 60 to 3,000 levels deep: a clean refusal naming the depth, never a RecursionError."""
+    """Documents nested 65 to 1,500 levels deep: a clean refusal naming the depth, never a RecursionError."""
     TRIED["deeply nested"] += 1
     _, suffix, load = RAW_KINDS[kind]
     path = write(fresh(workdir, suffix), data.draw(deep_document(suffix)))
@@ -403,13 +403,19 @@ def run_argv(draw: st.DrawFn) -> list:
 
 @pytest.fixture(scope="module")
 def fake_launch():  # noqa: ANN201
-    """`meshplan run` with torchrun replaced by a launcher that records the command and writes nothing: the
-    fuzzing is about what the CLI accepts and how it refuses, not about training."""
+    """`meshplan run` with torchrun replaced by a launcher that records the command and writes nothing, and
+    no rendezvous store process: the fuzzing is about what the CLI accepts and how it refuses, not about
+    training."""
+    from types import SimpleNamespace
+
+    from planner import rendezvous
     from planner.cli import run as run_module
 
     launched: list[list[str]] = []
+    store = SimpleNamespace(endpoint="127.0.0.1:29400", stop=lambda: None)  # no store process (it loads torch)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(run_module, "_launch", lambda cmd, env, log: (launched.append(cmd), (0, []))[1])
+        mp.setattr(rendezvous.LoopbackStore, "start", staticmethod(lambda log: store))
         yield launched
 
 
