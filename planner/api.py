@@ -244,7 +244,12 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
                 f"model state per GPU than its {cap / GiB:.1f} GiB; fix: relax the pins (more tp/pp/dp) or add GPUs")
     if why.kind == "batch":
         from planner.frameworks import framework
+        from planner.pin_conflicts import pin_conflict
 
+        layout_pins, limits, _ = _split_pins(pins)
+        culprit = pin_conflict(ctx, layout_pins, limits)
+        if culprit is not None:
+            return f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs: {culprit}"
         profile = framework(ctx.framework)
         rules = ", ".join(r.name for r in profile.rules)
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None and k != "framework") or "no pins"

@@ -129,9 +129,10 @@ def _schedules(pp: int, m: int, L: int, pins: Pins, limits: SearchLimits) -> lis
     """(schedule code, virtual stages) options of a pipeline of pp ranks with m micro-batches."""
     scheds: list[tuple[int, int]] = []
     if pp == 1:
-        # One stage: every schedule is the same loop; report it as 1F1B unless only GPipe is allowed.
+        # One stage: every schedule is the same loop; report it as 1F1B unless only GPipe is allowed. A pinned
+        # virtual_stages > 1 (the interleaved schedule) cannot run on one stage: no option (honoured, not ignored).
         for name in ("1f1b", "gpipe"):
-            if pins.allow("schedule", name):
+            if pins.allow("schedule", name) and pins.allow("virtual_stages", 1):
                 return [(SCHEDULES.index(name), 1)]
         return scheds
     if m >= pp:
