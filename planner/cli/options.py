@@ -279,8 +279,10 @@ def collect_pins(raw: dict[str, Any]) -> dict[str, Any]:
 
 LIMIT_NAMES = ("max_tp", "max_cp", "max_micro_batch")
 
-_ALIASES = {"mb": "micro_batch", "m": "num_microbatches", "v": "virtual_stages", "sp": "sequence_parallel",
-            "mesh": "mesh_axes", "order": "mesh_axes", "rc": "recompute", "sched": "schedule"}
+SHORT_KNOBS = {"micro_batch": "mb", "num_microbatches": "m", "virtual_stages": "v", "sequence_parallel": "sp",
+               "recompute": "rc", "mesh_axes": "mesh"}
+"""Short --layout names of Layout fields (compare's `searched` column shows knobs by them too)."""
+_ALIASES = {**{short: field for field, short in SHORT_KNOBS.items()}, "order": "mesh_axes", "sched": "schedule"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
