@@ -12,7 +12,7 @@ import hardware_profiles
 from planner.api import evaluate, search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
-from planner.cli.options import Inputs, layout_from_pins, parse_layout_string
+from planner.cli.options import Inputs, parse_layout_string
 from planner.errors import UserError
 from planner.layout import Layout
 from planner.model import load_model
