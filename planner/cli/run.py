@@ -9,7 +9,9 @@ imports torch): c10d rendezvous on 127.0.0.1 at a free port unless --rdzv-endpoi
 MASTER_ADDR=127.0.0.1, OMP_NUM_THREADS=1 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts on gloo reuse
 stale store addresses without it: PyTorch issue 135712). Progress streams to stderr; the final table
 (median step time, tokens/s, MFU, deviation; measured vs predicted) goes to stdout, or one JSON document to
---json. A plan/world mismatch the executor finds is reported as its one-line error (exit 2).
+--json (planner/cli/run_summary.py). Before anything starts, the endpoint, the executor's options, the token
+file and the machine's devices and memory are checked (planner/cli/run_checks.py, executor/preflight.py);
+a plan/world mismatch the executor still finds is reported as its one-line error (exit 2).
 
 Faults during a run:
     meshplan run plan.json --checkpoint-dir ckpt --checkpoint-every 100 --max-restarts 3
@@ -29,25 +31,22 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
 import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from executor.options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
-from planner.cli.app import abort, app, err, out, write_json_output
+from planner.cli.app import abort, app, err, write_json_output
 from planner.cli.run_launch import LOOPBACK, worker_args
 from planner.cli.run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
 from planner.cli.run_launch import launch as _launch
 from planner.cli.run_launch import torchrun_cmd as _torchrun_cmd
+from planner.cli.run_summary import render as _render
+from planner.cli.run_summary import summarise as _summarise
 from planner.errors import UserError
-
-if TYPE_CHECKING:
-    from planner.cli._run_summary import RunSummary  # a pydantic model: imported when a run is summarised
 
 DEFAULT_RANKS = 4
 """Gloo ranks of the no-argument run: 4 processes exercise 2-D layouts and finish in seconds on 2 cores."""
@@ -76,63 +75,6 @@ def _default_plan(nproc: int, keep_world: bool = False):
                         f"exactly {nproc} ranks", where=f"--nproc {nproc}",
                         fix=f"use --nproc {', '.join(map(str, fits))}")
     return plan
-
-
-def _summarise(plan, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
-    from hardware_profiles.reader import MAX_PLAN_BYTES, parse_json, read_text
-    from planner.cli._run_summary import RunSummary
-
-    text = read_text(metrics, max_bytes=MAX_PLAN_BYTES, what="metrics file")
-    rows = [parse_json(line, where=f"{metrics} line {i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not rows:
-        raise UserError("no steps were recorded", where=str(metrics))
-    body = rows[1:] if len(rows) > 1 else rows  # the first step pays one-off setup (warm-up)
-    step_s = statistics.median(r["step_time_s"] for r in body)
-    mfus = [r["mfu"] for r in body if r["mfu"] is not None]
-    peaks = [r["peak_memory_bytes"] for r in rows if r.get("peak_memory_bytes") is not None]
-    pred = plan.prediction
-    return RunSummary(
-        plan=str(plan_path), layout=plan.layout.describe(), steps=len(body), smoke=smoke,
-        median_step_time_s=step_s, predicted_step_time_s=pred.step_time_s,
-        median_tokens_per_s=statistics.median(r["tokens_per_s"] for r in body),
-        predicted_tokens_per_s=pred.tokens_per_s,
-        median_mfu=statistics.median(mfus) if mfus else None, predicted_mfu=pred.mfu,
-        deviation=step_s / pred.step_time_s - 1.0 if pred.step_time_s > 0 and not smoke else None,
-        peak_memory_bytes=max(peaks) if peaks else None, predicted_peak_memory_bytes=pred.peak_memory_bytes,
-        final_loss=rows[-1]["loss"], metrics=str(metrics),
-    )
-
-
-def _render(s: RunSummary) -> None:
-    """The measured-vs-predicted table; a --smoke run shows the measured column only (the predictions are
-    for the full-size model, so a comparison would mean nothing)."""
-    from rich.table import Table
-
-    def pct(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1%}"
-
-    gib = 2**30
-    measured_mem = "n/a (CPU)" if s.peak_memory_bytes is None else f"{s.peak_memory_bytes / gib:.2f} GiB"
-    rows = [("median step time", f"{s.median_step_time_s * 1e3:.2f} ms", f"{s.predicted_step_time_s * 1e3:.2f} ms"),
-            ("tokens/s", f"{s.median_tokens_per_s:,.0f}", f"{s.predicted_tokens_per_s:,.0f}"),
-            ("MFU", pct(s.median_mfu), pct(s.predicted_mfu)),
-            ("peak memory", measured_mem, f"{s.predicted_peak_memory_bytes / gib:.2f} GiB"),
-            ("deviation (step time)", "n/a" if s.deviation is None else f"{s.deviation:+.1%}", ""),
-            ("final loss", f"{s.final_loss:.4f}", "")]
-    if s.smoke:
-        table = Table(title=f"{s.layout}: measured ({s.steps} steps, smoke: toy-size model)")
-        columns, rows = ("", "measured"), [r[:2] for r in rows if r[0] != "deviation (step time)"]
-    else:
-        table = Table(title=f"{s.layout}: measured vs predicted ({s.steps} steps)")
-        columns = ("", "measured", "predicted")
-    for col in columns:
-        table.add_column(col, justify="right" if col else "left")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-    if s.smoke:
-        err.print("note: --smoke ran a toy-size model with a smaller batch; the plan's predictions are for the "
-                  "full-size model and are not compared", markup=False)
 
 
 @app.command("run")
