@@ -1,4 +1,5 @@
-"""Shared pytest settings: hypothesis profiles sized for the 2-core CI machine, and the order tests run in.
+"""Shared pytest settings: hypothesis profiles sized for the 2-core CI machine, the built-in local-cpu
+profile for every test, and the order tests run in.
 
 Order: the fast CPU unit tests (tests/unit) first, then the other single-process tests (notebooks), then the
 multi-process tests (`distributed` marker: torchrun launches, tens of seconds each). A broken unit test then
@@ -30,6 +31,10 @@ if "MESHPLAN_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["MESHPLAN_CACHE_DIR"], ignore_errors=True)
 
 UNIT = Path(__file__).resolve().parent / "unit"
+
+# The CLI's `local-cpu` is this machine as measured (planner.calibration.local_cache): tests use the built-in
+# profile instead, so their plans do not depend on the machine's speed (subprocesses inherit it).
+os.environ["MESHPLAN_LOCAL_CPU"] = "builtin"
 
 
 def tier(item: pytest.Item) -> int:

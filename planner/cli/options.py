@@ -212,7 +212,7 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     if nodes is None and gpus is None and name == DEFAULT_CLUSTER:
         nodes = DEFAULT_NODES
     try:
-        cluster = hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
+        cluster = cli_cluster(name, nodes=nodes, gpus=gpus)
     except hardware_profiles.ProfileError as exc:
         raise UserError(f"--cluster {name}: {exc}") from None
     batch, tokens = raw.get("global_batch"), raw.get("global_batch_tokens")
@@ -233,6 +233,20 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     framework = raw.get("framework")
     return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
                   framework=getattr(framework, "value", framework) or "meshplan")
+
+
+def cli_cluster(name: str, *, nodes: int | None = None, gpus: int | None = None) -> Any:
+    """The cluster a CLI name means: a profile name or file, except that `local-cpu` is this machine as
+    measured (planner.calibration.local_cache: calibrated once, cached; MESHPLAN_LOCAL_CPU=builtin keeps
+    the built-in profile)."""
+    import hardware_profiles
+
+    if name == "local-cpu":
+        from planner.calibration.local_cache import local_cpu
+        from planner.cli.app import err
+
+        return local_cpu(nodes=nodes, gpus=gpus, say=lambda text: err.print(text, markup=False))
+    return hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
 
 
 def inputs_of_plan(plan: Any) -> Inputs:

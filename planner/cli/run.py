@@ -60,17 +60,18 @@ class TokenDtype(str, Enum):
 
 
 def _default_plan(nproc: int, keep_world: bool = False):
-    """The best plan for the tiny model on `nproc` local gloo ranks; with `keep_world` (the user gave
-    --nproc), the best that uses all `nproc` of them."""
-    import hardware_profiles as hp
+    """The best plan for the tiny model on `nproc` local gloo ranks (this machine's measured local-cpu
+    profile: planner.calibration.local_cache); with `keep_world` (the user gave --nproc), the best that uses
+    all `nproc` of them."""
+    from planner.cli.options import cli_cluster
     from planner.cli.run_replan import best_plan
     from planner.model import preset
     from planner.workload import Workload
 
     model, workload = preset("tiny"), Workload(**DEFAULT_WORKLOAD)
-    plan = best_plan(model, hp.cluster("local-cpu", gpus=nproc), workload, world=nproc if keep_world else None)
+    plan = best_plan(model, cli_cluster("local-cpu", gpus=nproc), workload, world=nproc if keep_world else None)
     if plan is None:
-        fits = [n for n in range(1, 9) if best_plan(model, hp.cluster("local-cpu", gpus=n), workload, world=n)]
+        fits = [n for n in range(1, 9) if best_plan(model, cli_cluster("local-cpu", gpus=n), workload, world=n)]
         raise UserError(f"no layout of the tiny model ({workload.batch} sequences of {workload.seq_len}) uses "
                         f"exactly {nproc} ranks", where=f"--nproc {nproc}",
                         fix=f"use --nproc {', '.join(map(str, fits))}")
