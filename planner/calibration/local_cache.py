@@ -4,7 +4,7 @@ The built-in `local-cpu` profile (hardware_profiles/data) was measured on one pa
 other CPU its predictions are off by 40x to 100x. So the CLI (`--cluster local-cpu`, and the tiny plan
 `meshplan run` makes without a plan file) plans on a quick calibration of THIS machine instead
 (planner.calibration, meshplan run's 4 processes, under a minute), made the first time it is needed and
-cached, one per machine:
+cached, one per machine, in meshplan's cache folder (planner.cost.comm_cache.cache_dir):
 
     $MESHPLAN_CACHE_DIR, else $XDG_CACHE_HOME/meshplan, else ~/.cache/meshplan
         local-cpu-<machine key>/local-cpu.yaml (+ .gpu.yaml, .link.yaml)
@@ -15,7 +15,7 @@ renamed into place, so a crash or a concurrent run never leaves half a profile),
 validated YAML loader (pydantic; no pickle), and measured again when it does not load.
 
 MESHPLAN_LOCAL_CPU=builtin keeps the built-in profile (the test suite sets it: results must not depend on
-the machine's speed); `meshplan calibrate` remains the way to measure on purpose. The Python API's
+the machine's speed), and so does MESHPLAN_CACHE_DIR=off (no cache to keep a measurement in); `meshplan calibrate` remains the way to measure on purpose. The Python API's
 `hardware_profiles.cluster("local-cpu")` is always the built-in profile: hardware_profiles reads data and
 never launches anything.
 """
@@ -33,17 +33,15 @@ from typing import Any
 
 NAME = "local-cpu"
 ENV_MODE = "MESHPLAN_LOCAL_CPU"
-ENV_CACHE = "MESHPLAN_CACHE_DIR"
 PROCESSES = 4
 """Processes the calibration measures with: `meshplan run`'s default world (planner.cli.run.DEFAULT_RANKS)."""
 
 
-def cache_dir() -> Path:
-    """Where measured profiles are kept (see the module docstring)."""
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "meshplan"
+def cache_dir() -> Path | None:
+    """meshplan's cache folder (the one the collective-coefficient cache uses), None when caching is off."""
+    from planner.cost.comm_cache import cache_dir as meshplan_cache_dir
+
+    return meshplan_cache_dir()
 
 
 def machine_key() -> str:
@@ -64,8 +62,9 @@ def machine_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def measured_profile_path() -> Path:
-    return cache_dir() / f"{NAME}-{machine_key()}" / f"{NAME}.yaml"
+def measured_profile_path() -> Path | None:
+    folder = cache_dir()
+    return None if folder is None else folder / f"{NAME}-{machine_key()}" / f"{NAME}.yaml"
 
 
 def use_builtin() -> bool:
@@ -77,9 +76,9 @@ def local_cpu(*, nodes: int | None = None, gpus: int | None = None, say: Any = N
     built-in profile under MESHPLAN_LOCAL_CPU=builtin. `say` prints one progress line (stderr)."""
     import hardware_profiles as hp
 
-    if use_builtin():
-        return hp.cluster(NAME, nodes=nodes, gpus=gpus)
     path = measured_profile_path()
+    if use_builtin() or path is None:  # asked for, or no cache to keep a measurement in
+        return hp.cluster(NAME, nodes=nodes, gpus=gpus)
     if not _loads(path):
         try:
             _measure(path, say)

@@ -56,7 +56,7 @@ class _Console(Console):
     own exit 1, which the CLI's exit codes reserve for meshplan bugs."""
 
     def on_broken_pipe(self) -> None:
-        from planner.cli.streams import ClosedPipe
+        from planner.cli._streams import ClosedPipe
 
         self.quiet = True
         raise ClosedPipe(32, "Broken pipe")

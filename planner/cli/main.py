@@ -4,7 +4,7 @@ Imports every command module (each registers itself on the shared app), then run
 unexpected exceptions caught: user errors (including command-line usage errors, which click would print as
 a boxed multi-line block) exit 2 with one line on stderr; anything else is a meshplan bug and exits 1 with a
 short traceback (locals only when MESHPLAN_DEBUG is set). stdout and stderr are guarded
-(`planner.cli.streams`): a full disk is one line naming the stream (exit 2), a closed pipe a quiet exit 141.
+(`planner.cli._streams`): a full disk is one line naming the stream (exit 2), a closed pipe a quiet exit 141.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 
 import typer
 
+from planner.cli._streams import CLOSED_PIPE_EXIT, ClosedPipe, flush_stdout, guarded_streams
 from planner.cli.app import app, err
-from planner.cli.streams import CLOSED_PIPE_EXIT, ClosedPipe, flush_stdout, guarded_streams
 from planner.errors import UserError, one_line
 
 _SKIP = {"app", "main", "__init__"}

@@ -9,8 +9,8 @@ imports torch): c10d rendezvous on 127.0.0.1 at a free port unless --rdzv-endpoi
 MASTER_ADDR=127.0.0.1, OMP_NUM_THREADS=1 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts on gloo reuse
 stale store addresses without it: PyTorch issue 135712). Progress streams to stderr; the final table
 (median step time, tokens/s, MFU, deviation; measured vs predicted) goes to stdout, or one JSON document to
---json (planner/cli/run_summary.py). Before anything starts, the endpoint, the executor's options, the token
-file and the machine's devices and memory are checked (planner/cli/run_checks.py, executor/preflight.py);
+--json (planner/cli/_run_summary.py). Before anything starts, the endpoint, the executor's options, the token
+file and the machine's devices and memory are checked (planner/cli/_run_checks.py, executor/preflight.py);
 a plan/world mismatch the executor still finds is reported as its one-line error (exit 2).
 
 Faults during a run:
@@ -35,18 +35,20 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from executor.options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
+from planner.cli._run_launch import LOOPBACK, worker_args
+from planner.cli._run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
+from planner.cli._run_launch import launch as _launch
+from planner.cli._run_launch import torchrun_cmd as _torchrun_cmd
 from planner.cli.app import abort, app, err, write_json_output
-from planner.cli.run_launch import LOOPBACK, worker_args
-from planner.cli.run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
-from planner.cli.run_launch import launch as _launch
-from planner.cli.run_launch import torchrun_cmd as _torchrun_cmd
-from planner.cli.run_summary import render as _render
-from planner.cli.run_summary import summarise as _summarise
 from planner.errors import UserError
+
+if TYPE_CHECKING:
+    from planner.cli._run_summary import RunSummary  # a pydantic model: imported when a run is summarised
 
 DEFAULT_RANKS = 4
 """Gloo ranks of the no-argument run: 4 processes exercise 2-D layouts and finish in seconds on 2 cores."""
@@ -57,6 +59,13 @@ DEFAULT_WORKLOAD = {"global_batch": 8, "seq_len": 64, "dtype": "fp32"}
 class TokenDtype(str, Enum):
     uint16 = "uint16"
     uint32 = "uint32"
+
+
+def _summarise(plan: Any, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
+    """The run's measured-vs-predicted summary (planner.cli._run_summary: imported when a run is summarised)."""
+    from planner.cli._run_summary import summarise
+
+    return summarise(plan, plan_path, metrics, smoke)
 
 
 def _default_plan(nproc: int, keep_world: bool = False):
@@ -114,7 +123,7 @@ def run_command(
     With --max-restarts N and --checkpoint-dir, torchrun restarts failed workers and they resume from the
     latest complete checkpoint by themselves. --resume CKPT_DIR continues a run on another mesh or world size.
     """
-    from planner.cli import run_checks
+    from planner.cli import _run_checks as run_checks
     from planner.io import (
         check_output_folder,
         check_targets,
@@ -245,6 +254,8 @@ def run_command(
     hint = None if smoke else run_checks.calibration_hint(plan, summary.median_step_time_s,
                                                            summary.predicted_step_time_s, plan_path)
     if json_out is None or not is_stdout(json_out):
-        _render(summary)
+        from planner.cli._run_summary import render
+
+        render(summary)
     if hint is not None:
         err.print(hint, markup=False)

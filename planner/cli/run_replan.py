@@ -24,7 +24,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hardware_profiles.reader import read_json
 from planner.cli.app import err
 from planner.errors import UserError
 from planner.io import write_text_atomic
@@ -151,6 +150,8 @@ def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: 
                     "--json", str(probe_json), "--force", *passthrough])
     if probe.returncode != 0:
         return probe.returncode
+    from hardware_profiles.reader import read_json
+
     summary = read_json(probe_json, what="probe summary")
     deviation = summary["median_step_time_s"] / summary["predicted_step_time_s"] - 1.0
     off = abs(deviation) * 100 > pct

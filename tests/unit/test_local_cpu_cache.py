@@ -89,10 +89,13 @@ def test_a_failed_measurement_falls_back_with_a_warning(measuring: list[Path], m
     assert not local_cache.measured_profile_path().parent.exists()
 
 
-def test_the_cache_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_cache_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, measuring: list[Path]) -> None:
     monkeypatch.delenv("MESHPLAN_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert local_cache.cache_dir() == tmp_path / "xdg" / "meshplan"
     monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "mine"))
-    assert local_cache.cache_dir() == tmp_path / "mine"
+    assert local_cache.measured_profile_path().parent.parent == tmp_path / "mine"
     assert len(local_cache.machine_key()) == 12 and local_cache.machine_key() == local_cache.machine_key()
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", "off")  # no cache: the built-in profile, nothing measured
+    code, out, _ = invoke(TINY)
+    assert code == 0 and measuring == [] and _peak(out) == profile_data("gpus", "cpu")["peak_flops"]["fp32"]

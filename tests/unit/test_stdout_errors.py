@@ -1,4 +1,4 @@
-"""stdout and stderr failures are the user's condition, not meshplan bugs (planner.cli.streams).
+"""stdout and stderr failures are the user's condition, not meshplan bugs (planner.cli._streams).
 
 Run as real processes, since the behaviour is about file descriptors and interpreter shutdown:
 - `> /dev/full` (ENOSPC on write or flush), for tables, `--json -`, `--csv -` and `--help`: exactly one line
