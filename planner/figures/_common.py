@@ -10,7 +10,6 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import UserError
 from planner.io import check_targets, write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -50,11 +49,11 @@ def render(fig: Figure, fmt: str) -> bytes:
 
 
 def save(fig: Figure, out_dir: str | Path, stem: str, *, force: bool = False) -> list[Path]:
-    """Write `stem.png` and `stem.svg` atomically into the existing folder `out_dir`; refuses (before writing
-    either) if one exists and not `force` (`planner.io.check_targets`)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError("not a directory", where=str(out), fix="pass a folder for --figures")
+    """Write `stem.png` and `stem.svg` atomically into `out_dir` (created if missing, not its parents); refuses
+    (before writing either) if one exists and not `force` (`planner.io.check_targets`)."""
+    from planner.io import make_output_folder
+
+    out = make_output_folder(out_dir, option="--figures")
     paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
     check_targets(*paths, force=force)
     for p, fmt in zip(paths, FORMATS):

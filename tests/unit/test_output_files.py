@@ -282,3 +282,21 @@ def test_a_figure_file_named_by_json_too_is_refused(tmp_path: Path) -> None:
     line = check_refusal(*invoke(["show", plan, "--figures", str(tmp_path / "figs"), "--no-compare",
                                   "--json", str(target)])[::2])
     assert "two outputs" in line and not target.exists()
+
+
+def test_calibrate_checks_its_outputs_before_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three profile files and --json are checked before a measurement that takes minutes, not after."""
+    from planner.cli import calibrate as calibrate_cli
+
+    def measure(*a: object, **k: object) -> None:
+        raise AssertionError("nothing may be measured")
+
+    monkeypatch.setattr(calibrate_cli, "run_calibration", measure)
+    line = check_refusal(*invoke(["calibrate", "--out", str(tmp_path / "no" / "p.yaml")])[::2])
+    assert f"folder {tmp_path / 'no'} does not exist" in line
+    line = check_refusal(*invoke(["calibrate", "--out", str(tmp_path / "p.yaml"), "--json",
+                                  str(tmp_path / "p.gpu.yaml")])[::2])
+    assert "two outputs" in line
+    write(tmp_path / "p.link.yaml", KEEP)
+    line = check_refusal(*invoke(["calibrate", "--out", str(tmp_path / "p.yaml")])[::2])
+    assert "p.link.yaml: file exists" in line and "--force" in line
