@@ -93,7 +93,8 @@ def run_command(
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps."),
     smoke: bool = typer.Option(False, "--smoke", help="Toy-size model and batch with the plan's layout (runs anywhere; "
                                "not compared with the full-size predictions)."),
-    metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl)."),
+    metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl; "
+                                 "an existing file is kept unless --force, or appended to with --resume)."),
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Hosts (one torchrun agent each)."),
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="This host's index (0 hosts the rendezvous store)."),
     rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous (default 127.0.0.1:free port)."),
@@ -112,7 +113,7 @@ def run_command(
         help=f"Fail a collective waiting longer, {MIN_COLLECTIVE_TIMEOUT_S:g} to {MAX_COLLECTIVE_TIMEOUT_S:g} s "
              "(default 600 on GPU, 60 on CPU)."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the summary as JSON ('-' = stdout)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --json (and --metrics) file if it exists."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Calibrate this machine first (quick) and plan/cost on it."),
     replan_if_off: float = typer.Option(None, "--replan-if-off", metavar="PCT", min=0.0,
                                         help="After a short probe, re-plan on a calibrated profile if the median step "
@@ -141,8 +142,8 @@ def run_command(
         if rdzv_endpoint is not None:
             run_checks.check_endpoint(rdzv_endpoint)
         check_targets(json_out, force=force)
-        if metrics is not None:
-            check_targets(metrics, force=True)  # its folder must exist; the run (re)writes the file
+        if metrics is not None:  # the run writes it from scratch, or appends to it when resuming
+            check_targets(metrics, force=force or resume is not None)
         if run_dir is not None:
             check_output_folder(run_dir, option="--run-dir")
     except UserError as exc:

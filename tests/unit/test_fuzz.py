@@ -403,9 +403,9 @@ def run_argv(draw: st.DrawFn) -> list:
 
 @pytest.fixture(scope="module")
 def fake_launch():  # noqa: ANN201
-    """`meshplan run` with torchrun replaced by a launcher that records the command and writes nothing, and
-    no rendezvous store process: the fuzzing is about what the CLI accepts and how it refuses, not about
-    training."""
+    """`meshplan run` with torchrun replaced by a launcher that records the command and writes one step of
+    metrics, and no rendezvous store process: the fuzzing is about what the CLI accepts and how it refuses,
+    not about training."""
     from types import SimpleNamespace
 
     from planner import rendezvous
@@ -413,8 +413,18 @@ def fake_launch():  # noqa: ANN201
 
     launched: list[list[str]] = []
     store = SimpleNamespace(endpoint="127.0.0.1:29400", stop=lambda: None)  # no store process (it loads torch)
+
+    def launch(cmd: list[str], env: dict, log: Path) -> tuple[int, list[str]]:
+        """Record the command and write the metrics rank 0 would (to a regular or new file, as it does)."""
+        launched.append(cmd)
+        metrics = Path(cmd[cmd.index("--metrics") + 1])
+        if metrics.parent.is_dir() and (metrics.is_file() or not metrics.exists()):
+            metrics.write_text(json.dumps({"step": 1, "loss": 5.0, "step_time_s": 0.1, "tokens_per_s": 5120.0,
+                                           "mfu": None}) + "\n")
+        return 0, []
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_module, "_launch", lambda cmd, env, log: (launched.append(cmd), (0, []))[1])
+        mp.setattr(run_module, "_launch", launch)
         mp.setattr(rendezvous.LoopbackStore, "start", staticmethod(lambda log: store))
         yield launched
 

@@ -218,3 +218,14 @@ def test_smoke_shows_no_deviation_against_the_full_size_model(tmp_path: Path, mo
     assert "calibrate" not in err  # no hint either: there is no prediction for the toy model
     code, out, err = invoke(["run", str(plan), "--run-dir", str(tmp_path / "r2"), "--smoke"])
     assert code == 0 and "predicted" not in out and "deviation" not in out, out
+
+
+@pytest.mark.usefixtures("no_launch")
+def test_an_existing_metrics_file_is_kept_without_force(tiny: Path, tmp_path: Path) -> None:
+    """The executor starts --metrics over: a user's file of that name is refused unless --force (or --resume,
+    which appends to it)."""
+    mine = write(tmp_path / "mine.jsonl", "keep me\n")
+    refused(["run", tiny, "--run-dir", tmp_path / "r", "--metrics", mine], "mine.jsonl: file exists", "--force")
+    assert mine.read_text() == "keep me\n"
+    refused(["run", tiny, "--run-dir", tmp_path / "r", "--metrics", tmp_path / "no" / "m.jsonl"],
+            f"folder {tmp_path / 'no'} does not exist")
