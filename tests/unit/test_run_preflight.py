@@ -31,6 +31,17 @@ from planner.layout import Layout  # noqa: E402
 GiB = 2**30
 
 
+@pytest.fixture(autouse=True)
+def no_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No rendezvous store process (it imports torch: seconds per test); the launcher is fake anyway."""
+    from types import SimpleNamespace
+
+    from planner import rendezvous
+
+    store = SimpleNamespace(endpoint="127.0.0.1:29400", stop=lambda: None)
+    monkeypatch.setattr(rendezvous.LoopbackStore, "start", staticmethod(lambda log: store))
+
+
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     def launch(*a: object, **k: object) -> None:
