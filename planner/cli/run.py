@@ -68,19 +68,23 @@ def _summarise(plan: Any, plan_path: Path, metrics: Path, smoke: bool) -> RunSum
     return summarise(plan, plan_path, metrics, smoke)
 
 
-def _default_plan(nproc: int, keep_world: bool = False):
-    """The best plan for the tiny model on `nproc` local gloo ranks (this machine's measured local-cpu
-    profile: planner.calibration.local_cache); with `keep_world` (the user gave --nproc), the best that uses
-    all `nproc` of them."""
+def _default_plan(nproc: int, keep_world: bool = False, measured: bool = True):
+    """The best plan for the tiny model on `nproc` local gloo ranks, on this machine's measured local-cpu
+    profile (planner.calibration.local_cache; `measured=False`: the built-in one, for callers that only need
+    the model and workload); with `keep_world` (the user gave --nproc), the best that uses all `nproc`."""
+    import hardware_profiles as hp
     from planner.cli.options import cli_cluster
     from planner.cli.run_replan import best_plan
     from planner.model import preset
     from planner.workload import Workload
 
+    def local(gpus: int):  # noqa: ANN202
+        return cli_cluster("local-cpu", gpus=gpus) if measured else hp.cluster("local-cpu", gpus=gpus)
+
     model, workload = preset("tiny"), Workload(**DEFAULT_WORKLOAD)
-    plan = best_plan(model, cli_cluster("local-cpu", gpus=nproc), workload, world=nproc if keep_world else None)
+    plan = best_plan(model, local(nproc), workload, world=nproc if keep_world else None)
     if plan is None:
-        fits = [n for n in range(1, 9) if best_plan(model, cli_cluster("local-cpu", gpus=n), workload, world=n)]
+        fits = [n for n in range(1, 9) if best_plan(model, local(n), workload, world=n)]
         raise UserError(f"no layout of the tiny model ({workload.batch} sequences of {workload.seq_len}) uses "
                         f"exactly {nproc} ranks", where=f"--nproc {nproc}",
                         fix=f"use --nproc {', '.join(map(str, fits))}")
@@ -164,7 +168,8 @@ def run_command(
                 final = [*(["--json", json_out] if json_out else []), *(["--force"] if force else [])]
                 raise typer.Exit(run_replan.run_with_replan(
                     plan_file=plan_file, pct=replan_if_off, steps=steps, run_dir=run_dir, nproc=nproc,
-                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=_default_plan))
+                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=_default_plan,
+                    keep_world=nproc is not None))
         except UserError as exc:
             abort(str(exc))
     try:

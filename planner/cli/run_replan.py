@@ -96,7 +96,7 @@ def calibrated_plan_file(plan_file: Path | None, run_dir: Path, nproc: int, defa
 
     cluster = calibrate_here(run_dir, nproc)
     if plan_file is None:
-        base = default_plan(nproc)
+        base = default_plan(nproc, measured=False)  # its model and workload; the calibration is the hardware
         plan = replanned(base, cluster, world=nproc if keep_world else None)
         if plan is None:
             raise UserError(f"no layout of the tiny model uses exactly {nproc} ranks", where="--nproc",
@@ -126,7 +126,8 @@ def _phase(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: Path, nproc: int | None,
-                    calibrate: bool, passthrough: list[str], final_args: list[str], default_plan) -> int:
+                    calibrate: bool, passthrough: list[str], final_args: list[str], default_plan,
+                    keep_world: bool = False) -> int:
     """The probe phase, the decision, the continuation (see the module docstring); returns an exit code."""
     from planner.plan import Plan
 
@@ -135,10 +136,11 @@ def run_with_replan(*, plan_file: Path | None, pct: float, steps: int, run_dir: 
                         where="--replan-if-off", fix=f"use --steps > {PROBE_STEPS}")
     run_dir.mkdir(parents=True, exist_ok=True)
     if calibrate:
-        plan_path = calibrated_plan_file(plan_file, run_dir / "calibration", nproc or 4, default_plan)
+        plan_path = calibrated_plan_file(plan_file, run_dir / "calibration", nproc or 4, default_plan,
+                                         keep_world=keep_world)
     elif plan_file is None:
         plan_path = run_dir / "plan.json"
-        write_text_atomic(plan_path, default_plan(nproc or 4).to_json(), force=True)
+        write_text_atomic(plan_path, default_plan(nproc or 4, keep_world=keep_world).to_json(), force=True)
     else:
         plan_path = plan_file
     plan = Plan.load(plan_path)
