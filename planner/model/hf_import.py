@@ -79,8 +79,10 @@ def from_hf_config(path: str | Path) -> ModelSpec:
 
 HF_ONLY_KEYS = frozenset({"architectures", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                           "max_position_embeddings", "hidden_act", "torch_dtype", "transformers_version",
-                          "n_layer", "n_head", "n_embd", "rms_norm_eps", "rope_theta", "tie_word_embeddings"})
-"""Keys of Hugging Face configs that no meshplan model file has: a file holding them is an HF config."""
+                          "n_layer", "n_head", "n_embd", "rms_norm_eps", "tie_word_embeddings"})
+"""Keys of Hugging Face configs that no meshplan model file has."""
+MESHPLAN_ONLY_KEYS = frozenset({"num_layers", "num_heads", "ffn_hidden_size", "mlp", "norm", "position"})
+"""ModelSpec fields no Hugging Face config has: a file holding HF keys and none of these is an HF config."""
 ARCHITECTURE_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
                       "Qwen2ForCausalLM": "qwen2", "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox",
                       "DeepseekV3ForCausalLM": "deepseek_v3"}
@@ -88,7 +90,7 @@ ARCHITECTURE_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistra
 
 
 def looks_like_hf_config(data: dict[str, Any]) -> bool:
-    return bool(HF_ONLY_KEYS & set(data))
+    return bool(HF_ONLY_KEYS & set(data)) and not MESHPLAN_ONLY_KEYS & set(data)
 
 
 def missing_model_type(data: dict[str, Any], path: Path) -> UserError:

@@ -150,8 +150,8 @@ def test_every_json_and_yaml_input_goes_through_the_one_reader() -> None:
     found = []
     for top in READERS:
         for path in sorted((ROOT / top).rglob("*.py")):
-            if path == ROOT / "hardware_profiles" / "reader.py":
-                continue
+            if path == ROOT / "hardware_profiles" / "reader.py" or "checks" in path.relative_to(ROOT).parts:
+                continue  # planner/export/checks/ run in the framework's own interpreter, without meshplan
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Call):
                     func = node.func
