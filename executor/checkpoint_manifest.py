@@ -17,12 +17,12 @@ of the per-file verdicts makes every rank reach the same verdict and stop alike.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from hardware_profiles.reader import InputFileError, read_json
 from planner.errors import UserError
 
 MARKER = "meshplan.json"
@@ -96,10 +96,10 @@ def read_marker(folder: Path) -> dict:
     """The completion marker of a checkpoint folder; a UserError when it is unreadable."""
     path = folder / MARKER
     try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"checkpoint completion marker {MARKER} is unreadable ({type(exc).__name__}: {exc})",
-                        where=str(folder), fix="resume from another checkpoint folder") from exc
+        marker = read_json(path, what="checkpoint marker")
+    except InputFileError as exc:
+        raise UserError(f"checkpoint completion marker {MARKER} is unreadable ({exc.problem})",
+                        where=str(folder), fix="resume from another checkpoint folder") from None
     if not isinstance(marker, dict):
         raise UserError(f"checkpoint completion marker {MARKER} is not a JSON object", where=str(folder),
                         fix="resume from another checkpoint folder")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from executor.cp import cp_shard
+from executor.preflight import check_token_file
 from planner.errors import UserError
 
 
@@ -44,10 +45,7 @@ class SyntheticTokens:
 class MemmapTokens:
     def __init__(self, path: str | Path, *, dtype: str, vocab_size: int, seq_len: int, wrap_vocab: bool) -> None:
         path = Path(path)
-        if dtype not in ("uint16", "uint32"):
-            raise UserError(f"token dtype {dtype!r}", where="--data-dtype", fix="use uint16 or uint32")
-        if not path.is_file():
-            raise UserError("no such file", where=str(path), fix="pass a flat uint16/uint32 token file to --data")
+        check_token_file(path, dtype=dtype, seq_len=seq_len)  # the rules `meshplan run` checked before launching
         self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
         self.path, self.vocab_size, self.seq_len, self.wrap_vocab = path, vocab_size, seq_len, wrap_vocab
         self.windows = len(self.tokens) // (seq_len + 1)
@@ -68,7 +66,8 @@ class MemmapTokens:
             raise UserError(
                 f"token id {int(out.max())} >= vocab_size={self.vocab_size}",
                 where=str(self.path),
-                fix="tokenize with the plan's model vocabulary (or pass --data-dtype matching the file)",
+                fix="tokenize with the plan's model vocabulary, or pass --data-dtype matching the file "
+                    "(meshplan run --data-dtype uint16|uint32)",
             )
         return torch.from_numpy(out)
 

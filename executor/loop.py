@@ -31,6 +31,7 @@ from executor.metrics import MetricsLog
 from executor.options import RunOptions
 from executor.step import train_step
 from executor.timeouts import phase
+from planner.plan import peak_flops_of_ranks
 
 if TYPE_CHECKING:  # executor.train starts this loop; its `Run` is only a type here
     from executor.train import Run
@@ -48,8 +49,10 @@ def _peak_flops_total(run: Run) -> float | None:
     if not run.world.on_planned_device:
         return None
     key = "fp32" if run.world.device.type == "cpu" or run.plan.inputs.workload.dtype == "fp32" else "bf16"
-    peak = run.world.hardware.peak_flops.get(key)
-    return peak * run.world.world_size if peak else None
+    try:  # every rank's own GPU (mixed clusters): the planner's MFU denominator, planner.plan
+        return peak_flops_of_ranks(run.plan.inputs.cluster, run.plan.placement, key) or None
+    except (KeyError, IndexError, TypeError, ValueError):  # a GPU profile without this dtype's peak
+        return None
 
 
 def _peak_memory_bytes(run: Run) -> int | None:

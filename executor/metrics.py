@@ -7,12 +7,12 @@ One JSON object per step in `metrics.jsonl` (rank 0 writes it; keys below, SI un
   stages; null on CPU), predicted_peak_memory_bytes, smoke, restart (torchrun's restart count of the process
   that ran the step: after a restart the steps since the last checkpoint appear again, with the higher count).
 
-MFU = tokens/s x model FLOP per token / (ranks x peak FLOP/s per device) (PaLM, Chowdhery et al. 2022,
+MFU = tokens/s x model FLOP per token / (sum of every rank's device peak FLOP/s, `planner.plan.peak_flops_of_ranks`) (PaLM, Chowdhery et al. 2022,
 appendix B), with the model FLOPs of the `ModelSpec` actually run (the smoke one under --smoke, same
 accounting as the planner: `training_flops_per_token(...).model_flops`, recomputation not counted). Null
 when the device's peak is unknown or the run is not on the planned device (a smoke run of a GPU plan).
-Under --smoke the predictions are for the full-size model: the deviation then measures nothing, and the
-record says `smoke: true`.
+Under --smoke the predictions are for the full-size model: the deviation then measures nothing, so it is
+null (and the progress line shows no prediction), and the record says `smoke: true`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class MetricsLog:
             "loss": loss,
             "step_time_s": step_time_s,
             "predicted_step_time_s": pred,
-            "deviation": (step_time_s / pred - 1.0) if pred > 0 else None,
+            "deviation": (step_time_s / pred - 1.0) if pred > 0 and not self.smoke else None,
             "tokens_per_s": tokens_per_s,
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
             "mfu": mfu,
@@ -91,10 +91,10 @@ class MetricsLog:
         dev = row["deviation"]
         dev_text = f"{dev:+.0%}" if dev is not None else "n/a"
         mfu_text = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
+        predicted = "" if self.smoke else f" (predicted {row['predicted_step_time_s'] * 1e3:.1f} ms, {dev_text})"
         line = (
-            f"step {row['step']}/{self.total_steps}  loss {row['loss']:.4f}  "
-            f"{row['step_time_s'] * 1e3:.1f} ms (predicted {row['predicted_step_time_s'] * 1e3:.1f} ms, {dev_text})  "
-            f"{row['tokens_per_s']:.0f} tok/s  mfu {mfu_text}"
+            f"step {row['step']}/{self.total_steps}  loss {row['loss']:.4f}  {row['step_time_s'] * 1e3:.1f} ms"
+            f"{predicted}  {row['tokens_per_s']:.0f} tok/s  mfu {mfu_text}"
         )
         self.printer(line)
 

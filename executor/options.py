@@ -9,6 +9,15 @@ from pathlib import Path
 
 from planner.errors import UserError
 
+MIN_COLLECTIVE_TIMEOUT_S = 1.0
+"""Shortest --collective-timeout. The timeout bounds every wait of every process group, connection set-up of
+the mesh's groups and the first step's collectives included, which take hundreds of milliseconds on a loaded
+CPU host; below a second a healthy run fails, and at 0.001 s gloo's C++ layer aborts the job with a stack
+trace (the 199 lines of frames this bound exists to prevent)."""
+MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600.0
+"""Longest --collective-timeout: a week, beyond any real wait; larger values (1e300, inf) overflow the
+`timedelta` torch.distributed converts them to."""
+
 _STEP_DIR = re.compile(r"^step-\d{8}$")
 """A checkpoint folder's name (executor.checkpoint.step_dir)."""
 
@@ -70,9 +79,11 @@ def parse_args(argv: list[str] | None) -> RunOptions:
         raise UserError(f"--steps {ns.steps}", where="--steps", fix="give a positive number of steps")
     if ns.checkpoint_every < 0:
         raise UserError(f"--checkpoint-every {ns.checkpoint_every}", where="--checkpoint-every", fix="use K >= 0")
-    if ns.collective_timeout is not None and not ns.collective_timeout > 0:
-        raise UserError(f"--collective-timeout {ns.collective_timeout}", where="--collective-timeout",
-                        fix="give a positive number of seconds")
+    if ns.collective_timeout is not None and not (
+            MIN_COLLECTIVE_TIMEOUT_S <= ns.collective_timeout <= MAX_COLLECTIVE_TIMEOUT_S):
+        raise UserError(f"{ns.collective_timeout:g} seconds is out of range", where="--collective-timeout",
+                        fix=f"give {MIN_COLLECTIVE_TIMEOUT_S:g} to {MAX_COLLECTIVE_TIMEOUT_S:g} seconds (shorter "
+                            "fails healthy collectives)")
     resume = ns.resume
     if resume is True:  # bare --resume: the run's own checkpoint folder
         if ns.checkpoint_dir is None:

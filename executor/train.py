@@ -36,6 +36,7 @@ from executor.mesh import Meshes, build_meshes
 from executor.model_args import ModelArgs, check_model, from_spec, smoke_seq_len, smoke_spec
 from executor.options import RunOptions, parse_args
 from executor.parallelize import ParallelModel, apply_plan
+from executor.preflight import token_dtype
 from executor.step import OptimizerConfig, build_optimizers
 from executor.timeouts import DEFAULT_TIMEOUT_S, CollectiveFailure, phase, set_group_timeouts
 from executor.world import World, check_world, init_process_group
@@ -95,6 +96,18 @@ def check_plan(plan: Plan, *, smoke: bool, where: str) -> tuple[Any, ModelArgs, 
     return spec, args, workload.seq_len
 
 
+def smoke_plan(plan: Plan) -> Plan:
+    """--smoke: the plan with its layout kept (mesh, schedule, chunks, ZeRO, recompute) and the smallest batch
+    that layout runs: one sequence per micro-batch and as many micro-batches as pipeline ranks (what 1F1B,
+    interleaved and ZB-H1 need; 1 without a pipeline). A 64-rank plan's 1024-sequence batch would otherwise
+    make each toy step take minutes on a CPU."""
+    lay = plan.layout
+    layout = lay.model_copy(update={"micro_batch": 1, "num_microbatches": lay.pp if lay.pp > 1 else 1})
+    workload = plan.inputs.workload.model_copy(update={"global_batch": layout.global_batch, "global_batch_tokens": None})
+    inputs = plan.inputs.model_copy(update={"workload": workload})
+    return plan.model_copy(update={"layout": layout, "inputs": inputs})
+
+
 def param_dtype_for(plan: Plan, world: World) -> torch.dtype | None:
     """bf16 mixed precision on GPU when the workload says bf16; fp32 on CPU and for fp32 workloads."""
     dtype = plan.inputs.workload.dtype
@@ -119,7 +132,7 @@ def build_run(
     )
     optimizers = build_optimizers(model, optimizer or OptimizerConfig(lr=opts.lr))
     if opts.data is not None:
-        dtype = opts.data_dtype or ("uint16" if plan.inputs.model.vocab_size <= 2**16 else "uint32")
+        dtype = token_dtype(plan.inputs.model.vocab_size, opts.data_dtype)
         data: SyntheticTokens | MemmapTokens = MemmapTokens(
             opts.data, dtype=dtype, vocab_size=args.vocab_size, seq_len=seq_len, wrap_vocab=opts.smoke
         )
@@ -171,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
         plan = Plan.load(opts.plan)
+        if opts.smoke:
+            plan = smoke_plan(plan)
         world = check_world(plan, smoke=opts.smoke, plan_path=str(opts.plan))
         check_plan(plan, smoke=opts.smoke, where=str(opts.plan))  # before joining: all ranks stop alike
         faults.arm(opts.run_dir, rank=world.rank, world_size=world.world_size, steps=opts.steps,

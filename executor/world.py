@@ -4,9 +4,8 @@ A mismatch (rank count, device kind, device memory, backend) is a `UserError` wi
 plan field, what was found and the fix. Every rank runs the same check on the same inputs and reaches the
 same verdict, so all stop together without talking to each other.
 
-The plan's cluster is read defensively (`hardware_of`): it is `hardware_profiles.Cluster.model_dump()`,
-whose GPU profiles carry `vendor`, `memory_bytes` and `peak_flops`, and whose node shapes say
-`virtual_devices: true` for CPU processes (gloo).
+The plan's cluster is read by `executor.preflight.hardware_of`, which `meshplan run` also uses before it
+launches anything (that module imports no torch).
 """
 
 from __future__ import annotations
@@ -15,53 +14,15 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from executor.preflight import Hardware, hardware_of
 from planner.errors import UserError
 from planner.plan import Plan
 
 GIB = 2**30
-
-
-@dataclass(frozen=True, kw_only=True)
-class Hardware:
-    """What the plan's cluster says one rank runs on."""
-
-    kind: str
-    """"cpu" (gloo processes) or "cuda"."""
-    gpu_name: str
-    memory_bytes: float | None
-    peak_flops: dict[str, float]
-
-
-def _node_of_host(groups: list, host: int) -> dict:
-    """The node shape of host `host` (host groups are numbered group by group, in order)."""
-    for group in groups:
-        if not isinstance(group, dict):
-            break
-        if host < int(group.get("hosts", 1)):
-            return group.get("node", {}) or {}
-        host -= int(group.get("hosts", 1))
-    return groups[0].get("node", {}) if groups and isinstance(groups[0], dict) else {}
-
-
-def hardware_of(cluster: dict[str, Any], host: int = 0) -> Hardware:
-    """The device of host `host` of the plan's cluster (heterogeneous clusters differ by host)."""
-    gpus = cluster.get("gpus") if isinstance(cluster.get("gpus"), dict) else {}
-    node = _node_of_host(cluster.get("host_groups") or [], host)
-    name = str(node.get("gpu") or next(iter(gpus), "") or cluster.get("name", ""))
-    profile = gpus.get(name, {}) if isinstance(gpus, dict) else {}
-    vendor = str(profile.get("vendor", "")).lower()
-    cpu = bool(node.get("virtual_devices")) or vendor == "cpu" or (not profile and "cpu" in name.lower())
-    return Hardware(
-        kind="cpu" if cpu else "cuda",
-        gpu_name=name or "unknown",
-        memory_bytes=profile.get("memory_bytes"),
-        peak_flops=dict(profile.get("peak_flops") or {}),
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

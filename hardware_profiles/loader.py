@@ -1,8 +1,8 @@
 """Load profiles by name (the data folder) or by path (a user's YAML), and resolve cluster sizes.
 
 Any name argument that is an existing file, or ends with .yaml/.yml, is read as a file; otherwise it is
-looked up in `hardware_profiles/data/<kind>/<name>.yaml`. Loading is `yaml.safe_load` then
-`model_validate`; every failure is a one-line `ProfileError` (file, field, bad value, allowed values).
+looked up in `hardware_profiles/data/<kind>/<name>.yaml`. Loading is `yaml.safe_load` (through
+`hardware_profiles.reader`, which bounds size and nesting) then `model_validate`; every failure is a one-line `ProfileError` (file, field, bad value, allowed values).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from hardware_profiles.cluster import Cluster, HostGroup
 from hardware_profiles.cluster_schema import ClusterSpec
 from hardware_profiles.errors import ProfileError, format_validation_error
+from hardware_profiles.reader import InputFileError, read_yaml
 from hardware_profiles.schema import GPUProfile, LinkProfile
 from hardware_profiles.sizing import cluster_size, shared_memory, split_hosts
 
@@ -53,9 +53,9 @@ def _locate(kind: str, name: str, *, base: Path | None = None, where: str | None
         raise ProfileError(f"bad {kind[:-1]} name {name!r}", where=where, allowed=", ".join(_names(kind)))
     if _is_path(name):
         path = Path(name)
-        if not path.is_absolute() and base is not None and not path.is_file():
+        if not path.is_absolute() and base is not None and not path.exists():
             path = base / path
-        if not path.is_file():
+        if not path.exists():  # a folder or special file is named by the reader (`hardware_profiles.reader`)
             raise ProfileError(f"file {name!r} not found", where=where, allowed="an existing .yaml file")
         return path
     path = DATA_DIR / kind / f"{name}.yaml"
@@ -80,9 +80,9 @@ def _read_version(path: Path, mtime_ns: int, size: int, model: type[M]) -> M:
     like = {GPUProfile: "gpus/cpu.yaml", LinkProfile: "links/loopback-gloo.yaml"}.get(model, "clusters/local-cpu.yaml")
     example = f"a UTF-8 YAML mapping of fields like {DATA_DIR / like}"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read YAML ({' '.join(str(exc).split())})", where=str(path), allowed=example) from None
+        data = read_yaml(path, what="YAML profile")
+    except InputFileError as exc:
+        raise ProfileError(exc.problem, where=exc.where, allowed=example) from None
     if not isinstance(data, dict):
         raise ProfileError(f"expected a mapping of fields at the top level, found {type(data).__name__}",
                            where=str(path), allowed=example)

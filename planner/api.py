@@ -25,7 +25,15 @@ from planner.layout.layout import row_to_layout
 from planner.layout.names import DEFAULT_FRAMEWORK, MAX_SIZE
 from planner.layout.table import layout_to_row, row_at, table_of
 from planner.model import ModelSpec
-from planner.plan import Breakdown, Plan, PlanInputs, Prediction, RankPlacement, StageMemory
+from planner.plan import (
+    Breakdown,
+    Plan,
+    PlanInputs,
+    Prediction,
+    RankPlacement,
+    StageMemory,
+    peak_flops_of_ranks,
+)
 from planner.solver.exact import SearchResult, exact_search
 from planner.solver.refine import Refinement, refine
 from planner.solver.space import PIN_FIELDS, SET_PIN_FIELDS, Pins, SearchLimits
@@ -91,10 +99,11 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         ep_comm_s=float(res.ep_comm_s[0]), pp_comm_s=float(res.pp_comm_s[0]), dp_comm_s=float(res.dp_comm_s[0]),
         bubble_s=float(res.bubble_s[0]), optimizer_s=float(res.optimizer_s[0]),
     )
+    cluster_json, placement = _cluster_json(ctx.cluster), _placement(ctx, W)
     prediction = Prediction(
         step_time_s=step,
         tokens_per_s=tokens / step,
-        mfu=model_flops / step / W / ctx.peak_flops,
+        mfu=model_flops / step / peak_flops_of_ranks(cluster_json, placement, ctx.compute_dtype),
         model_tflops_per_gpu=model_flops / step / W / 1e12,
         hardware_tflops_per_gpu=float(hw_per_token) * tokens / step / W / 1e12,
         peak_memory_bytes=float(res.peak_memory_bytes[0]),
@@ -103,13 +112,13 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         bubble_fraction=float(res.bubble_s[0]) / step,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
     )
-    inputs = PlanInputs(model=ctx.model, cluster=_cluster_json(ctx.cluster), workload=ctx.workload)
+    inputs = PlanInputs(model=ctx.model, cluster=cluster_json, workload=ctx.workload)
     notes = (*notes, *framework(ctx.framework).notes(layout, ctx.model, ctx.workload))
     if layout.pp > 1 and layout.zero >= 2:
         notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
                  "pipeline schedule keeps gradients (and ZeRO-3's gathered weights) unsharded until the step's one "
                  "gradient reduction, so only the optimizer state is sharded; costed that way")
-    return Plan(inputs=inputs, layout=layout, placement=_placement(ctx, W), prediction=prediction,
+    return Plan(inputs=inputs, layout=layout, placement=placement, prediction=prediction,
                 proven_optimal=proven, notes=notes, framework=ctx.framework)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hardware_profiles.reader import MAX_PLAN_BYTES, InputFileError, read_json
 from planner.errors import UserError, format_validation_error
 from planner.layout import Layout, Workload
 from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
@@ -30,8 +31,24 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def peak_flops_of_ranks(cluster: dict[str, Any], placement: tuple[RankPlacement, ...], dtype: str) -> float:
+    """Sum of the peak FLOP/s (`dtype`) of the GPU each rank runs on: the denominator of MFU.
+
+    On a mixed cluster (say A100 and H100 hosts) each rank counts its own GPU's peak, so MFU is achieved FLOP/s
+    over what these GPUs could do together; dividing by W x one GPU's peak would overstate it (the step runs
+    at the slow GPUs' pace while the fast ones idle). `cluster` is the plan's embedded cluster (JSON form).
+    """
+    gpus = cluster.get("gpus") or {}
+    per_host: list[str] = []
+    for group in cluster.get("host_groups") or []:
+        per_host += [group["node"]["gpu"]] * int(group["hosts"])
+    return float(sum(gpus[per_host[p.host]]["peak_flops"][dtype] for p in placement))
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: NaN and +-Infinity pass every ge/le bound (comparisons with NaN are false), so a
+    # plan holding them would be "valid"; the reader refuses them in JSON text too (hardware_profiles.reader).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PlanInputs(_Frozen):
@@ -64,15 +81,15 @@ class StageMemory(_Frozen):
     """Peak memory of one pipeline rank (all its chunks), bytes per GPU."""
 
     stage: int = Field(ge=0, description="Pipeline rank.")
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    logits_bytes: float = 0.0
-    buffers_bytes: float = Field(0.0, description="Communication buffers and gathered FSDP shards.")
-    reserve_bytes: float = Field(0.0, description="Allocator fragmentation and runtime (CUDA context) reserve.")
-    total_bytes: float
-    capacity_bytes: float = Field(description="Memory of the GPU this stage runs on.")
+    weights_bytes: float = Field(ge=0, description="Model weights (bytes).")
+    gradients_bytes: float = Field(ge=0, description="Gradients (bytes).")
+    optimizer_bytes: float = Field(ge=0, description="Optimizer state (bytes).")
+    activations_bytes: float = Field(ge=0, description="Activations kept for backward (bytes).")
+    logits_bytes: float = Field(0.0, ge=0, description="Logits and loss buffers (bytes).")
+    buffers_bytes: float = Field(0.0, ge=0, description="Communication buffers and gathered FSDP shards (bytes).")
+    reserve_bytes: float = Field(0.0, ge=0, description="Allocator fragmentation and runtime (CUDA context) reserve (bytes).")
+    total_bytes: float = Field(ge=0, description="Sum of the above (bytes).")
+    capacity_bytes: float = Field(gt=0, description="Memory of the GPU this stage runs on (bytes).")
 
     @property
     def fits(self) -> bool:
@@ -82,14 +99,14 @@ class StageMemory(_Frozen):
 class Breakdown(_Frozen):
     """Critical-path seconds per step, by cause. Communication terms are the EXPOSED (non-overlapped) part."""
 
-    compute_s: float = Field(description="Forward + backward (+ recompute) of the busiest pipeline rank.")
-    tp_comm_s: float = 0.0
-    cp_comm_s: float = 0.0
-    ep_comm_s: float = 0.0
-    pp_comm_s: float = 0.0
-    dp_comm_s: float = 0.0
-    bubble_s: float = 0.0
-    optimizer_s: float = 0.0
+    compute_s: float = Field(ge=0, description="Forward + backward (+ recompute) of the busiest pipeline rank (s).")
+    tp_comm_s: float = Field(0.0, ge=0, description="Exposed tensor-parallel communication (s).")
+    cp_comm_s: float = Field(0.0, ge=0, description="Exposed context-parallel communication (s).")
+    ep_comm_s: float = Field(0.0, ge=0, description="Exposed expert-parallel communication (s).")
+    pp_comm_s: float = Field(0.0, ge=0, description="Exposed pipeline point-to-point communication (s).")
+    dp_comm_s: float = Field(0.0, ge=0, description="Exposed data-parallel / FSDP communication (s).")
+    bubble_s: float = Field(0.0, ge=0, description="Pipeline bubble (s).")
+    optimizer_s: float = Field(0.0, ge=0, description="Optimizer step (s).")
 
     @property
     def total_s(self) -> float:
@@ -108,15 +125,17 @@ class Breakdown(_Frozen):
 class Prediction(_Frozen):
     """What the cost model predicts for one step of the layout."""
 
-    step_time_s: float
-    tokens_per_s: float
-    mfu: float = Field(description="Model FLOPs utilisation: model FLOP/s per GPU / peak (recompute not counted).")
-    model_tflops_per_gpu: float
-    hardware_tflops_per_gpu: float = Field(description="Achieved TFLOP/s per GPU counting recomputation.")
-    peak_memory_bytes: float = Field(description="Max over pipeline ranks.")
+    step_time_s: float = Field(gt=0, description="Predicted time of one optimizer step (s).")
+    tokens_per_s: float = Field(gt=0, description="Predicted training throughput (tokens/s).")
+    mfu: float = Field(ge=0, le=1, description=(
+        "Model FLOPs utilisation, a fraction (human output shows it as a percentage): achieved model FLOP/s over "
+        "the sum of the peak FLOP/s of every rank's GPU, each from the placement (recompute not counted)."))
+    model_tflops_per_gpu: float = Field(ge=0, description="Achieved model TFLOP/s per GPU, averaged over ranks.")
+    hardware_tflops_per_gpu: float = Field(ge=0, description="Achieved TFLOP/s per GPU counting recomputation.")
+    peak_memory_bytes: float = Field(ge=0, description="Max over pipeline ranks (bytes).")
     memory_per_stage: tuple[StageMemory, ...]
     breakdown: Breakdown
-    bubble_fraction: float = Field(0.0, description="Pipeline bubble time / step time.")
+    bubble_fraction: float = Field(0.0, ge=0, le=1, description="Pipeline bubble time / step time (fraction).")
     idle_gpus: int = Field(0, ge=0, description="GPUs of the cluster the layout leaves unused.")
 
 
@@ -163,22 +182,11 @@ class Plan(_Frozen):
         also agree with each other: `planner.plan_checks`)."""
         path = Path(path)
         try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read plan: {exc.strerror}", where=str(path),
-                            fix="pass the path of a plan written by `meshplan plan --json FILE`") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UserError("not UTF-8 text", where=str(path), fix="pass a plan JSON written by `meshplan plan --json`") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(
-                f"invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); truncated?",
-                where=str(path),
-                fix="regenerate it with `meshplan plan --json FILE`",
-            ) from None
+            data = read_json(path, max_bytes=MAX_PLAN_BYTES, what="plan")
+        except InputFileError as exc:
+            truncated = "; truncated?" if exc.problem.startswith("invalid JSON") else ""
+            raise UserError(exc.problem + truncated, where=exc.where,
+                            fix="pass a plan written by `meshplan plan --json FILE` (or regenerate it)") from None
         if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] > SCHEMA_VERSION:
             raise UserError(
                 f"schema_version {data['schema_version']} is newer than this meshplan ({SCHEMA_VERSION})",

@@ -180,7 +180,6 @@ def dataframe_table(frame: Any, title: str | None = None, formats: dict[str, str
 def print_wide(console: Any, table: Table) -> None:
     """Print at the table's natural width even when the terminal is narrower (lines then wrap in the terminal
     instead of rich squeezing columns to nothing): wide comparisons stay readable and greppable."""
-    from rich.console import Console
     from rich.measure import Measurement
 
     need = Measurement.get(console, console.options.update_width(400), table).maximum
@@ -188,6 +187,6 @@ def print_wide(console: Any, table: Table) -> None:
         console.print(table)
         return
     # Console.print clamps `width` to the console's own width, so render with a wider twin on the same file.
-    wide = Console(file=console.file, width=need, highlight=False, emoji=False, soft_wrap=True, markup=False,
+    wide = type(console)(file=console.file, width=need, highlight=False, emoji=False, soft_wrap=True, markup=False,
                    color_system=console.color_system, force_terminal=console.is_terminal)
     wide.print(table)

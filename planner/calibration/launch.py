@@ -8,7 +8,6 @@ else goes to a log whose tail is shown if the measurement fails.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -18,6 +17,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from hardware_profiles.reader import read_json
 from planner.errors import UserError
 
 DEFAULT_CPU_PROCESSES = 4
@@ -87,4 +87,4 @@ def measure(nproc: int, quick: bool, on_progress: Callable[[int, int, str], None
         if rc != 0 or not out.is_file():
             tail = " | ".join(line for line in log_path.read_text(encoding="utf-8").splitlines()[-6:] if line.strip())
             raise RuntimeError(f"torchrun -m executor.calibrate exited with status {rc}: {tail[-600:]}")
-        return json.loads(out.read_text(encoding="utf-8"))
+        return read_json(out, what="calibration result")

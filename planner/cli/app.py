@@ -6,12 +6,33 @@ imports them all. Data goes to stdout (`out`), messages and errors to stderr (`e
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import NoReturn
 
 import typer
 from rich.console import Console
+
+HELP_WIDTH = 120
+"""Columns `--help` is drawn in when the terminal is narrower or unknown (output into a pipe or file): at 80,
+rich squeezes typer's option tables until names are cut ("--num-microbatch…", "--sequence-paral…"); 120
+fits every option of every command (tests/unit/test_cli_help.py checks it). A wider terminal is used as is."""
+
+
+def _set_help_width() -> None:
+    """typer draws help in `typer.rich_utils.MAX_WIDTH` columns (None: the terminal's, 80 in a pipe)."""
+    import os
+    import shutil
+
+    import typer.rich_utils
+
+    if os.environ.get("TERMINAL_WIDTH"):  # the user's explicit choice, which typer reads itself
+        return
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else shutil.get_terminal_size((0, 0)).columns
+    typer.rich_utils.MAX_WIDTH = max(width, HELP_WIDTH)
+
+
+_set_help_width()
 
 app = typer.Typer(
     name="meshplan",
@@ -30,8 +51,19 @@ def _root() -> None:
 
 # markup=False: tables and messages show names taken from user files (a model called "[/x]" or "[bold]"),
 # which rich would otherwise parse as markup (and fail on, or restyle).
-out = Console(highlight=False, emoji=False, soft_wrap=True, markup=False)
-err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, markup=False)
+class _Console(Console):
+    """rich's Console, except that a closed pipe is reported to `main()` (a quiet exit 141) instead of rich's
+    own exit 1, which the CLI's exit codes reserve for meshplan bugs."""
+
+    def on_broken_pipe(self) -> None:
+        from planner.cli._streams import ClosedPipe
+
+        self.quiet = True
+        raise ClosedPipe(32, "Broken pipe")
+
+
+out = _Console(highlight=False, emoji=False, soft_wrap=True, markup=False)
+err = _Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, markup=False)
 
 
 def abort(message: str, code: int = 2) -> NoReturn:
@@ -46,7 +78,4 @@ def write_json_output(text: str, target: str, *, force: bool = False) -> None:
     """Write a JSON document to `target` ('-' = stdout) atomically; refuse to overwrite without `force`."""
     from planner.io import write_text_atomic
 
-    if target == "-":
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return
     write_text_atomic(Path(target), text if text.endswith("\n") else text + "\n", force=force)

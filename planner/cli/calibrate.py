@@ -83,8 +83,11 @@ def calibrate_command(
 ) -> None:
     """Measure this machine (GEMM curve, memory bandwidth, framework overhead, collectives) into a profile."""
     try:
-        if json_out not in (None, "-") and Path(json_out).exists() and not force:
-            raise UserError("file exists", where=json_out, fix="choose another path or pass --force to overwrite")
+        from planner.calibration import ProfilePaths
+        from planner.io import check_targets
+
+        # The three profile files and --json, all checked before measuring (folders, duplicates, --force).
+        check_targets(*ProfilePaths(out_file).all(), json_out, force=force)
         cal = run_calibration(out_file, quick=quick, nproc=nproc, force=force)
         summary = cal.summary()
         if json_out is not None:

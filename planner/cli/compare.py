@@ -5,10 +5,13 @@ meshplan compare --model llama3-8b --cluster dgx-h100 --nodes 2 --layout tp=8,pp
 meshplan compare --top 10 --csv top10.csv
 
 Plan files are shown with their stored predictions. `--layout` strings (keys: Layout fields or mb, m, v, sp,
-rc, mesh=pp/dp_replicate/dp_shard/cp/tp) are evaluated against the input options, or, when none is given,
-against the first plan file's inputs; pins given as options fill knobs the string leaves out, and the rest
-default as in `meshplan evaluate`. Layouts that do not fit are listed with fits = NO. With no plan file and no
---layout, the top 5 of a search are compared. `--csv FILE` writes the table; `--json FILE` the same rows.
+rc, mesh=pp/dp_replicate/dp_shard/cp/tp) are planned against the input options, or, when none is given,
+against the first plan file's inputs: the knobs the string (and the pin options) state are held, every other
+knob is searched, and the row is the best plan so constrained; the `searched` column names the knobs that
+were searched. When no setting of them fits in memory, the row is the stated layout with `meshplan
+evaluate`'s defaults, fits = NO. With no plan file and no --layout, the top 5 of a search are compared. `--csv FILE` writes the table; `--json FILE` the same rows.
+The table shows MFU as a percentage (like every human-readable output); CSV and JSON keep the fraction of
+plan files (`prediction.mfu`, 0..1).
 """
 
 from __future__ import annotations
@@ -43,14 +46,15 @@ BREAKDOWN_COLUMNS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_com
 GiB = 2**30
 SHORT_NAMES = {"compute_s": "compute s", "tp_comm_s": "tp s", "cp_comm_s": "cp s", "ep_comm_s": "ep s",
                "pp_comm_s": "pp s", "dp_comm_s": "dp s", "bubble_s": "bubble s", "optimizer_s": "optim s",
-               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU", "peak_memory_gib": "peak GiB"}
-"""Column headers of the rendered table (the CSV and JSON keep the full names)."""
+               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU %", "peak_memory_gib": "peak GiB"}
+"""Column headers of the rendered table (the CSV and JSON keep the full names, and MFU as a fraction)."""
 
 
-def plan_row(source: str, plan: Plan) -> dict[str, Any]:
-    """One comparison row: breakdown seconds, step time, tokens/s, MFU, peak memory (GiB), fits."""
+def plan_row(source: str, plan: Plan, searched: str = "-") -> dict[str, Any]:
+    """One comparison row: which knobs were searched, breakdown seconds, step time, tokens/s, MFU, peak memory
+    (GiB), fits."""
     pred = plan.prediction
-    row: dict[str, Any] = {"source": source, "layout": plan.layout.describe(),
+    row: dict[str, Any] = {"source": source, "layout": plan.layout.describe(), "searched": searched,
                            "gpus": plan.world_size + pred.idle_gpus}
     row.update({name: getattr(pred.breakdown, name) for name in BREAKDOWN_COLUMNS})
     row.update({
@@ -61,6 +65,32 @@ def plan_row(source: str, plan: Plan) -> dict[str, Any]:
         "fits": all(s.fits for s in pred.memory_per_stage),
     })
     return row
+
+
+def knob_names(knobs: list[str]) -> str:
+    """'mb,m,schedule,v,zero,dp_shard,rc,sp,mesh': the --layout spelling of knobs, in Layout field order."""
+    from planner.cli.options import SHORT_KNOBS
+
+    return ",".join(SHORT_KNOBS.get(k, k) for k in knobs) or "-"
+
+
+def best_for_layout(stated: dict[str, Any], inp: Any) -> tuple[Plan, str]:
+    """The best plan with the stated knobs (the --layout string and the pin options) held and every other knob
+    searched, and the searched knobs' names (`planner.solver.space.PIN_FIELDS` order). When no setting of the other knobs fits in memory, the stated
+    layout with `meshplan evaluate`'s defaults, marked fits = NO (a layout that breaks a rule is an error)."""
+    from planner import api
+    from planner.errors import InfeasibleError
+    from planner.solver.space import PIN_FIELDS
+
+    fixed = {k: v for k, v in stated.items() if k not in LIMIT_NAMES}
+    try:
+        ctx, result = api.search_result(inp.model, inp.cluster, inp.workload, top=1, **stated, **inp.options)
+        (plan,) = api.plans_from_result(ctx, result, stated)
+    except InfeasibleError:
+        layout = layout_from_pins(fixed, inp)  # raises for a layout no setting makes valid
+        plan = api.evaluate(inp.model, inp.cluster, inp.workload, layout, allow_oom=True, **inp.options)
+        return plan, "none fits: defaults"
+    return plan, knob_names([k for k in PIN_FIELDS if k not in fixed])
 
 
 def comparison_frame(rows: list[dict[str, Any]]):
@@ -80,7 +110,7 @@ def compare_command(
                                       show_default=False),
     top: int = typer.Option(None, "--top", min=1, show_default=False,
                             help="Add the K best plans of a search. (default: 5 when nothing else is given)"),
-    csv_out: str = typer.Option(None, "--csv", metavar="FILE", help="Write the table as CSV ('-' = stdout)."),
+    csv_out: str = typer.Option(None, "--csv", metavar="FILE", help="Write the table as CSV ('-' = stdout; mfu as a fraction 0..1, as in plan files)."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the rows as a JSON list ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --csv/--json files if they exist."),
     inputs: dict = None,  # type: ignore[assignment]  (filled by use_options)
@@ -104,15 +134,17 @@ def compare_command(
         if layouts or top:
             inp = inputs_of_plan(plans[0]) if plans and not given(inputs) else resolve_inputs(inputs)
         for i, text in enumerate(layouts, 1):
-            fixed = {k: v for k, v in values.items() if k not in LIMIT_NAMES}
-            layout = layout_from_pins({**fixed, **parse_layout_string(text)}, inp)
-            plan = api.evaluate(inp.model, inp.cluster, inp.workload, layout, allow_oom=True, **inp.options)
-            rows.append(plan_row(f"--layout {i}", plan))
+            plan, searched = best_for_layout({**values, **parse_layout_string(text)}, inp)
+            rows.append(plan_row(f"--layout {i}", plan, searched))
         if top:
             from planner.cli.plan import plans_from_result
 
             ctx, result = api.search_result(inp.model, inp.cluster, inp.workload, top=top, **values, **inp.options)
-            rows += [plan_row(f"search #{i}", p) for i, p in enumerate(plans_from_result(ctx, result, values), 1)]
+            from planner.solver.space import PIN_FIELDS
+
+            searched = knob_names([k for k in PIN_FIELDS if k not in values])
+            rows += [plan_row(f"search #{i}", p, searched)
+                     for i, p in enumerate(plans_from_result(ctx, result, values), 1)]
     frame = comparison_frame(rows)
     if csv_out is not None:
         _write_csv(frame, csv_out, force)
@@ -121,21 +153,17 @@ def compare_command(
     if emit_json(json.dumps(frame.to_dict(orient="records"), indent=1), json_out, force=force):
         return
     shown = frame.drop(columns=[c for c in BREAKDOWN_COLUMNS if c != "compute_s" and not frame[c].any()])
+    shown = shown.assign(mfu=shown["mfu"] * 100)  # a percentage, as everywhere in human output
     print_wide(out, dataframe_table(shown.rename(columns=SHORT_NAMES), title="comparison (exposed seconds per step)",
-                                    formats={"tokens/s": ",.0f", "MFU": ".3f", "peak GiB": ".1f"}))
+                                    formats={"tokens/s": ",.0f", "MFU %": ".1f", "peak GiB": ".1f"}))
     if not frame["fits"].all():
         err.print("warning: some layouts do not fit in GPU memory (fits = NO)", markup=False)
 
 
 def _write_csv(frame: Any, target: str, force: bool) -> None:
-    import sys
-
     from planner.io import write_text_atomic
 
-    text = frame.to_csv(index=False)
-    if target == "-":
-        sys.stdout.write(text)
-        return
     with user_errors():
-        write_text_atomic(Path(target), text, force=force)
-    err.print(f"wrote {target}", markup=False)
+        write_text_atomic(target, frame.to_csv(index=False), force=force)
+    if target != "-":
+        err.print(f"wrote {target}", markup=False)

@@ -3,11 +3,13 @@
 Imports every command module (each registers itself on the shared app), then runs typer. Only here are
 unexpected exceptions caught: user errors (including command-line usage errors, which click would print as
 a boxed multi-line block) exit 2 with one line on stderr; anything else is a meshplan bug and exits 1 with a
-short traceback (locals only when MESHPLAN_DEBUG is set).
+short traceback (locals only when MESHPLAN_DEBUG is set). stdout and stderr are guarded
+(`planner.cli._streams`): a full disk is one line naming the stream (exit 2), a closed pipe a quiet exit 141.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -15,6 +17,7 @@ import sys
 
 import typer
 
+from planner.cli._streams import CLOSED_PIPE_EXIT, ClosedPipe, flush_stdout, guarded_streams
 from planner.cli.app import app, err
 from planner.errors import UserError, one_line
 
@@ -35,29 +38,54 @@ def _register_commands() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _register_commands()
+    with guarded_streams() as guards:  # a full disk or closed pipe on stdout/stderr: one line or a quiet exit
+        code = _run(argv)
+        try:
+            flush_stdout()
+        except ClosedPipe:
+            return CLOSED_PIPE_EXIT
+        except UserError as exc:
+            _say(f"error: {one_line(str(exc))}")
+            return 2
+        if any(g.pipe_closed for g in guards):
+            return CLOSED_PIPE_EXIT
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         code = app(args=argv, standalone_mode=False, prog_name="meshplan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except ClosedPipe:  # `meshplan ... | head`: the reader has all it wanted
+        return CLOSED_PIPE_EXIT
     except _USAGE_ERRORS as exc:  # unknown option, bad value, missing argument: always the user's
-        err.print(f"error: {one_line(_usage_message(exc, sys.argv[1:] if argv is None else argv))}", markup=False)
+        _say(f"error: {one_line(_usage_message(exc, sys.argv[1:] if argv is None else argv))}")
         return 2
     except typer.Abort:
-        err.print("error: aborted", markup=False)
+        _say("error: aborted")
         return 1
     except UserError as exc:
-        err.print(f"error: {one_line(str(exc))}", markup=False)
+        _say(f"error: {one_line(str(exc))}")
         return 2
     except Exception as exc:  # profile and file-format errors are the user's too (one line, exit 2)
         message = _user_error_message(exc)
         if message is None:
             return _internal_error()
-        err.print(f"error: {one_line(message)}", markup=False)
+        _say(f"error: {one_line(message)}")
         return 2
     except KeyboardInterrupt:
-        err.print("interrupted", markup=False)
+        _say("interrupted")
         return 130
+    if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into a silent exit 130
+        _say("interrupted")
     return code if isinstance(code, int) else 0
+
+
+def _say(line: str) -> None:
+    """One line to stderr; if stderr itself cannot be written there is nobody left to tell."""
+    with contextlib.suppress(OSError, UserError):
+        err.print(line, markup=False)
 
 
 def _usage_message(exc: Exception, argv: list[str]) -> str:
@@ -82,9 +110,10 @@ def _user_error_message(exc: Exception) -> str | None:
     from pydantic import ValidationError
 
     from hardware_profiles import ProfileError
+    from hardware_profiles.reader import InputFileError
     from planner.errors import format_validation_error
 
-    if isinstance(exc, ProfileError):
+    if isinstance(exc, ProfileError | InputFileError):
         return str(exc)
     if isinstance(exc, ValidationError):
         return format_validation_error(exc, exc.title)
@@ -97,8 +126,8 @@ def _internal_error() -> int:
         raise
     import traceback
 
-    err.print("internal error (a meshplan bug; rerun with MESHPLAN_DEBUG=1 and report it):", markup=False)
-    err.print("".join(traceback.format_exc(limit=-3)), markup=False)
+    _say("internal error (a meshplan bug; rerun with MESHPLAN_DEBUG=1 and report it):")
+    _say("".join(traceback.format_exc(limit=-3)))
     return 1
 
 

@@ -205,7 +205,7 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     if nodes is None and gpus is None and name == DEFAULT_CLUSTER:
         nodes = DEFAULT_NODES
     try:
-        cluster = hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
+        cluster = cli_cluster(name, nodes=nodes, gpus=gpus)
     except hardware_profiles.ProfileError as exc:
         raise UserError(f"--cluster {name}: {exc}") from None
     try:
@@ -222,6 +222,20 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     framework = raw.get("framework")
     return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
                   framework=getattr(framework, "value", framework) or "meshplan")
+
+
+def cli_cluster(name: str, *, nodes: int | None = None, gpus: int | None = None) -> Any:
+    """The cluster a CLI name means: a profile name or file, except that `local-cpu` is this machine as
+    measured (planner.calibration.local_cache: calibrated once, cached; MESHPLAN_LOCAL_CPU=builtin keeps
+    the built-in profile)."""
+    import hardware_profiles
+
+    if name == "local-cpu":
+        from planner.calibration.local_cache import local_cpu
+        from planner.cli.app import err
+
+        return local_cpu(nodes=nodes, gpus=gpus, say=lambda text: err.print(text, markup=False))
+    return hardware_profiles.cluster(name, nodes=nodes, gpus=gpus)
 
 
 def inputs_of_plan(plan: Any) -> Inputs:
@@ -266,8 +280,10 @@ def collect_pins(raw: dict[str, Any]) -> dict[str, Any]:
 
 LIMIT_NAMES = ("max_tp", "max_cp", "max_micro_batch")
 
-_ALIASES = {"mb": "micro_batch", "m": "num_microbatches", "v": "virtual_stages", "sp": "sequence_parallel",
-            "mesh": "mesh_axes", "order": "mesh_axes", "rc": "recompute", "sched": "schedule"}
+SHORT_KNOBS = {"micro_batch": "mb", "num_microbatches": "m", "virtual_stages": "v", "sequence_parallel": "sp",
+               "recompute": "rc", "mesh_axes": "mesh"}
+"""Short --layout names of Layout fields (compare's `searched` column shows knobs by them too)."""
+_ALIASES = {**{short: field for field, short in SHORT_KNOBS.items()}, "order": "mesh_axes", "sched": "schedule"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -364,10 +380,11 @@ class user_errors:  # noqa: N801 (used as a context manager: `with user_errors()
         from pydantic import ValidationError
 
         import hardware_profiles
+        from hardware_profiles.reader import InputFileError
         from planner.cli.app import abort
         from planner.errors import format_validation_error
 
-        if isinstance(exc, (UserError, hardware_profiles.ProfileError)):
+        if isinstance(exc, UserError | hardware_profiles.ProfileError | InputFileError):
             abort(str(exc))
         if isinstance(exc, ValidationError):
             abort(format_validation_error(exc, exc.title))
@@ -377,12 +394,13 @@ class user_errors:  # noqa: N801 (used as a context manager: `with user_errors()
 def emit_json(text: str, target: str | None, *, force: bool) -> bool:
     """Write the command's one JSON document if asked; True when it went to stdout (then print no tables)."""
     from planner.cli.app import err, write_json_output
+    from planner.io import is_stdout
 
     if target is None:
         return False
     with user_errors():
         write_json_output(text, target, force=force)
-    if target == "-":
+    if is_stdout(target):  # '-' or /dev/stdout: the document is the whole output, no tables after it
         return True
     err.print(f"wrote {target}", markup=False)
     return False

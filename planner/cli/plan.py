@@ -43,7 +43,7 @@ def plan_command(
     top: int = typer.Option(5, "--top", min=1, help="How many plans to list, best first."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the best plan as JSON ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --json file (and --figures files) if they exist."),
-    figures: str = typer.Option(None, "--figures", metavar="DIR", help="Also draw the best plan into DIR (see `meshplan show`)."),
+    figures: str = typer.Option(None, "--figures", metavar="DIR", help="Also draw the best plan into DIR (created if missing; its parent must exist; see `meshplan show`)."),
     inputs: dict = None,  # type: ignore[assignment]  (filled by use_options)
     pins: dict = None,  # type: ignore[assignment]
 ) -> None:
@@ -61,9 +61,10 @@ def plan_command(
     )
 
     with user_errors():
-        check_targets(json_out, force=force)  # refuse before the search, not after it
-        if figures is not None:
-            check_figures(figures, force=force)
+        if figures is not None:  # every output checked before the search, not after it
+            check_figures(figures, force=force, others=(json_out,))
+        else:
+            check_targets(json_out, force=force)
         inp = resolve_inputs(inputs)
         kw = collect_pins(pins)
         start = time.perf_counter()

@@ -10,7 +10,9 @@ imports torch): c10d rendezvous on 127.0.0.1 at a free port unless --rdzv-endpoi
 MASTER_ADDR=127.0.0.1, OMP_NUM_THREADS=1 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts on gloo reuse
 stale store addresses without it: PyTorch issue 135712). Progress streams to stderr; the final table
 (median step time, tokens/s, MFU, deviation; measured vs predicted) goes to stdout, or one JSON document to
---json. A plan/world mismatch the executor finds is reported as its one-line error (exit 2).
+--json (planner/cli/_run_summary.py). Before anything starts, the endpoint, the executor's options, the token
+file and the machine's devices and memory are checked (planner/cli/_run_checks.py, executor/preflight.py);
+a plan/world mismatch the executor still finds is reported as its one-line error (exit 2).
 
 Faults during a run:
     meshplan run plan.json --checkpoint-dir ckpt --checkpoint-every 100 --max-restarts 3
@@ -30,20 +32,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
-import re
-import statistics
-import subprocess
 import sys
-import threading
 import time
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from planner.cli.app import abort, app, err, out, write_json_output
+from executor.options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
+from planner.cli._run_launch import LOOPBACK, worker_args
+from planner.cli._run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
+from planner.cli._run_launch import launch as _launch
+from planner.cli._run_launch import torchrun_cmd as _torchrun_cmd
+from planner.cli.app import abort, app, err, write_json_output
 from planner.errors import UserError
 
 if TYPE_CHECKING:
@@ -56,142 +59,43 @@ DEFAULT_MODEL = "tiny"
 `meshplan plan`: 512 sequences of its full 64-token context, 32 Ki tokens a step. Kept for a laptop: about
 1.5 s a step on 4 ranks of a busy 2-core machine, so 10 steps and start-up take about half a minute (less on
 more cores); `--global-batch` makes it smaller."""
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _default_plan(nproc: int, global_batch: int | None = None):
-    """The best plan for the tiny model on `nproc` local gloo ranks (planner.search), with the model's default
-    workload or `global_batch` sequences."""
+class TokenDtype(str, Enum):
+    uint16 = "uint16"
+    uint32 = "uint32"
+
+
+def _summarise(plan: Any, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
+    """The run's measured-vs-predicted summary (planner.cli._run_summary: imported when a run is summarised)."""
+    from planner.cli._run_summary import summarise
+
+    return summarise(plan, plan_path, metrics, smoke)
+
+
+def _default_plan(nproc: int, keep_world: bool = False, measured: bool = True, global_batch: int | None = None):
+    """The best plan for the tiny model on `nproc` local gloo ranks with the model's default workload (or
+    `global_batch` sequences), on this machine's measured local-cpu profile (planner.calibration.local_cache;
+    `measured=False`: the built-in one, for callers that only need the model and workload); with `keep_world`
+    (the user gave --nproc), the best that uses all `nproc`."""
     import hardware_profiles as hp
-    from planner import search
+    from planner.cli.options import cli_cluster
+    from planner.cli.run_replan import best_plan
     from planner.layout import Workload
     from planner.model import preset
 
+    def local(gpus: int):  # noqa: ANN202
+        return cli_cluster("local-cpu", gpus=gpus) if measured else hp.cluster("local-cpu", gpus=gpus)
+
     model = preset(DEFAULT_MODEL)
-    plans = search(model, hp.cluster("local-cpu", gpus=nproc), Workload.for_model(model, global_batch=global_batch),
-                   top=1)
-    return plans[0]
-
-
-def _torchrun_cmd(plan_path: Path, run_dir: Path, metrics: Path, args: dict, endpoint: str, rdzv_id: str) -> list[str]:
-    host = endpoint.rsplit(":", 1)[0]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args["nnodes"]),
-           "--nproc-per-node", str(args["nproc"]), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-           "--rdzv-id", rdzv_id]
-    if host in LOOPBACK:
-        cmd += ["--local-addr", "127.0.0.1"]  # workers' MASTER_ADDR: loopback, not the host name
-    if args.get("store_hosted"):
-        cmd += ["--rdzv-conf", "is_host=0"]  # the store runs in our helper process (planner.rendezvous)
-    if args["nnodes"] > 1:
-        cmd += ["--node-rank", str(args["node_rank"]), "--rdzv-conf", f"is_host={int(args['node_rank'] == 0)}"]
-    if args.get("max_restarts"):
-        cmd += ["--max-restarts", str(args["max_restarts"])]
-    cmd += ["-m", "executor", str(plan_path), "--steps", str(args["steps"]), "--run-dir", str(run_dir),
-            "--metrics", str(metrics)]
-    if args["smoke"]:
-        cmd.append("--smoke")
-    for flag in ("data", "checkpoint_dir"):
-        if args[flag] is not None:
-            cmd += [f"--{flag.replace('_', '-')}", str(args[flag])]
-    if args["checkpoint_every"]:
-        cmd += ["--checkpoint-every", str(args["checkpoint_every"])]
-    if args.get("resume"):
-        cmd += ["--resume", str(args["resume"])]
-    if args.get("collective_timeout") is not None:
-        cmd += ["--collective-timeout", str(args["collective_timeout"])]
-    return cmd
-
-
-_AGENT_LOG = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")
-"""A log line of the torchrun agent itself (glog style: level, date, time, pid, source file)."""
-
-
-def _held_back(line: str, in_report: bool) -> tuple[bool, bool]:
-    """(hold this line?, inside torchrun's failure report from now on?).
-
-    Held: torchrun's own logging and its failure report (an unprefixed traceback; workers' lines carry
-    [rankN]:), and the executor's `error:` line, which the CLI repeats itself.
-    """
-    if in_report or line.startswith("Traceback (most recent call last)"):
-        return True, True
-    return bool(_AGENT_LOG.match(line)) or line.startswith("error: "), False
-
-
-def _launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, list[str]]:
-    """Run torchrun, streaming its output (progress lines, warnings) to our stderr and to `log_path`.
-
-    torchrun's own logging and failure report are held back and returned (see `_held_back`): shown only
-    when the failure is not a user error the executor already put in one line.
-    """
-    held: list[str] = []
-    state = {"in_report": False}
-    lock = threading.Lock()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-
-    def pump(stream, log) -> None:
-        for line in stream:
-            with lock:
-                log.write(line)
-                hold, state["in_report"] = _held_back(line, state["in_report"])
-                if hold:
-                    held.append(line)
-                else:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
-
-    with open(log_path, "a", encoding="utf-8") as log:
-        threads = [threading.Thread(target=pump, args=(s, log), daemon=True) for s in (proc.stdout, proc.stderr)]
-        for t in threads:
-            t.start()
-        rc = proc.wait()
-        for t in threads:
-            t.join(timeout=10)
-    return rc, held
-
-
-def _summarise(plan, plan_path: Path, metrics: Path, smoke: bool) -> RunSummary:
-    from planner.cli._run_summary import RunSummary
-
-    rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
-        raise UserError("no steps were recorded", where=str(metrics))
-    body = rows[1:] if len(rows) > 1 else rows  # the first step pays one-off setup (warm-up)
-    step_s = statistics.median(r["step_time_s"] for r in body)
-    mfus = [r["mfu"] for r in body if r["mfu"] is not None]
-    peaks = [r["peak_memory_bytes"] for r in rows if r.get("peak_memory_bytes") is not None]
-    pred = plan.prediction
-    return RunSummary(
-        plan=str(plan_path), layout=plan.layout.describe(), steps=len(body), smoke=smoke,
-        median_step_time_s=step_s, predicted_step_time_s=pred.step_time_s,
-        median_tokens_per_s=statistics.median(r["tokens_per_s"] for r in body),
-        predicted_tokens_per_s=pred.tokens_per_s,
-        median_mfu=statistics.median(mfus) if mfus else None, predicted_mfu=pred.mfu,
-        deviation=step_s / pred.step_time_s - 1.0 if pred.step_time_s > 0 else None,
-        peak_memory_bytes=max(peaks) if peaks else None, predicted_peak_memory_bytes=pred.peak_memory_bytes,
-        final_loss=rows[-1]["loss"], metrics=str(metrics),
-    )
-
-
-def _render(s: RunSummary) -> None:
-    from rich.table import Table
-
-    def pct(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.2%}"
-
-    table = Table(title=f"{s.layout}: measured vs predicted ({s.steps} steps{', smoke' if s.smoke else ''})")
-    for col in ("", "measured", "predicted"):
-        table.add_column(col, justify="right" if col else "left")
-    table.add_row("median step time", f"{s.median_step_time_s * 1e3:.2f} ms", f"{s.predicted_step_time_s * 1e3:.2f} ms")
-    table.add_row("tokens/s", f"{s.median_tokens_per_s:,.0f}", f"{s.predicted_tokens_per_s:,.0f}")
-    table.add_row("MFU", pct(s.median_mfu), pct(s.predicted_mfu))
-    gib = 2**30
-    measured_mem = "n/a (CPU)" if s.peak_memory_bytes is None else f"{s.peak_memory_bytes / gib:.2f} GiB"
-    table.add_row("peak memory", measured_mem, f"{s.predicted_peak_memory_bytes / gib:.2f} GiB")
-    table.add_row("deviation (step time)", "n/a" if s.deviation is None else f"{s.deviation:+.1%}", "")
-    table.add_row("final loss", f"{s.final_loss:.4f}", "")
-    out.print(table)
-    if s.smoke:
-        err.print("note: --smoke ran a toy-size model; the predictions are for the full-size one", markup=False)
+    workload = Workload.for_model(model, global_batch=global_batch)
+    plan = best_plan(model, local(nproc), workload, world=nproc if keep_world else None)
+    if plan is None:
+        fits = [n for n in range(1, 9) if best_plan(model, local(n), workload, world=n)]
+        raise UserError(f"no layout of the tiny model ({workload.batch} sequences of {workload.seq_len}) uses "
+                        f"exactly {nproc} ranks", where=f"--nproc {nproc}",
+                        fix=f"use --nproc {', '.join(map(str, fits))}")
+    return plan
 
 
 @app.command("run")
@@ -200,21 +104,29 @@ def run_command(
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps."),
     global_batch: int = typer.Option(None, "--global-batch", min=1, metavar="SEQS", help="Sequences per step of the "
                                      "tiny model planned here (no PLAN.json). (default: 512)"),
-    smoke: bool = typer.Option(False, "--smoke", help="Toy-size model with the plan's layout (runs anywhere)."),
-    metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl)."),
+    smoke: bool = typer.Option(False, "--smoke", help="Toy-size model and batch with the plan's layout (runs anywhere; "
+                               "not compared with the full-size predictions)."),
+    metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl; "
+                                 "an existing file is kept unless --force, or appended to with --resume)."),
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Hosts (one torchrun agent each)."),
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="This host's index (0 hosts the rendezvous store)."),
     rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous (default 127.0.0.1:free port)."),
     nproc: int = typer.Option(None, "--nproc", min=1, help="Ranks on this host (default: world size / nnodes)."),
-    run_dir: Path = typer.Option(None, "--run-dir", help="Output folder (default runs/<plan>-<time>)."),
+    run_dir: Path = typer.Option(None, "--run-dir", help="Output folder (default runs/<plan>-<time>); created if "
+                                 "missing, its parent must exist."),
     data: Path = typer.Option(None, "--data", help="Flat uint16/uint32 token file (default: synthetic tokens)."),
+    data_dtype: TokenDtype = typer.Option(None, "--data-dtype", help="Token dtype of --data (default: uint16 when "
+                                          "the model's vocabulary fits in it, else uint32)."),
     checkpoint_dir: Path = typer.Option(None, "--checkpoint-dir", help="DCP checkpoint folder."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Save every K steps (0: never)."),
     resume: Path = typer.Option(None, "--resume", metavar="CKPT_DIR", help="Continue from CKPT_DIR's latest checkpoint, or one step-* folder (any mesh or world size)."),
     max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart failed workers up to N times; they resume from the latest checkpoint."),
-    collective_timeout: float = typer.Option(None, "--collective-timeout", metavar="SECONDS", min=0.001, help="Fail a collective waiting longer (default 600 on GPU, 60 on CPU)."),
+    collective_timeout: float = typer.Option(
+        None, "--collective-timeout", metavar="SECONDS",
+        help=f"Fail a collective waiting longer, {MIN_COLLECTIVE_TIMEOUT_S:g} to {MAX_COLLECTIVE_TIMEOUT_S:g} s "
+             "(default 600 on GPU, 60 on CPU)."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the summary as JSON ('-' = stdout)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite the --json file if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --json (and --metrics) file if it exists."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Calibrate this machine first (quick) and plan/cost on it."),
     replan_if_off: float = typer.Option(None, "--replan-if-off", metavar="PCT", min=0.0,
                                         help="After a short probe, re-plan on a calibrated profile if the median step "
@@ -225,18 +137,33 @@ def run_command(
     With --max-restarts N and --checkpoint-dir, torchrun restarts failed workers and they resume from the
     latest complete checkpoint by themselves. --resume CKPT_DIR continues a run on another mesh or world size.
     """
-    from planner.io import check_targets, write_text_atomic
+    from planner.cli import _run_checks as run_checks
+    from planner.io import (
+        check_output_folder,
+        check_targets,
+        is_stdout,
+        make_output_folder,
+        write_text_atomic,
+    )
     from planner.plan import Plan
     from planner.rendezvous import LoopbackStore, loopback_sockets
 
-    if nnodes > 1 and rdzv_endpoint is None:
-        abort("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every host)")
-    if rdzv_endpoint is not None and (":" not in rdzv_endpoint or not rdzv_endpoint.rsplit(":", 1)[1].isdigit()):
-        abort(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT")
-    check_targets(json_out, force=force)  # before planning or launching anything
-    if global_batch is not None and plan_file is not None:
-        abort(f"--global-batch applies when no plan is given; {plan_file} fixes its own batch; fix: drop --global-batch, "
-              "or re-plan with meshplan plan --global-batch")
+    given_run_dir = run_dir
+    try:  # everything checkable before planning or launching anything
+        if nnodes > 1 and rdzv_endpoint is None:
+            raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every host)")
+        if rdzv_endpoint is not None:
+            run_checks.check_endpoint(rdzv_endpoint)
+        check_targets(json_out, force=force)
+        if global_batch is not None and plan_file is not None:
+            raise UserError(f"applies when no plan is given; {plan_file} fixes its own batch", where="--global-batch",
+                            fix="drop --global-batch, or re-plan with meshplan plan --global-batch")
+        if metrics is not None:  # the run writes it from scratch, or appends to it when resuming
+            check_targets(metrics, force=force or resume is not None)
+        if run_dir is not None:
+            check_output_folder(run_dir, option="--run-dir")
+    except UserError as exc:
+        abort(str(exc))
     default_plan = functools.partial(_default_plan, global_batch=global_batch)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if replan_if_off is not None or calibrate:  # planner/cli/run_replan.py
@@ -245,43 +172,62 @@ def run_command(
         run_dir = run_dir or Path("runs") / f"{plan_file.stem if plan_file else 'default'}-{stamp}"
         try:
             if replan_if_off is None:
-                plan_file = run_replan.calibrated_plan_file(plan_file, run_dir, nproc or DEFAULT_RANKS, default_plan)
+                plan_file = run_replan.calibrated_plan_file(plan_file, run_dir, nproc or DEFAULT_RANKS, default_plan,
+                                                            keep_world=nproc is not None)
             else:
                 passthrough = [*(["--smoke"] if smoke else []), *(["--data", str(data)] if data else []),
+                               *(["--data-dtype", data_dtype.value] if data_dtype else []),
                                *(["--nproc", str(nproc)] if nproc else [])]
                 final = [*(["--json", json_out] if json_out else []), *(["--force"] if force else [])]
                 raise typer.Exit(run_replan.run_with_replan(
                     plan_file=plan_file, pct=replan_if_off, steps=steps, run_dir=run_dir, nproc=nproc,
-                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=default_plan))
+                    calibrate=calibrate, passthrough=passthrough, final_args=final, default_plan=default_plan,
+                    keep_world=nproc is not None))
         except UserError as exc:
             abort(str(exc))
-    if plan_file is None:
-        plan = default_plan(nproc or DEFAULT_RANKS)
-        run_dir = run_dir or Path("runs") / f"default-{stamp}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        plan_path = run_dir / "plan.json"
-        write_text_atomic(plan_path, plan.to_json(), force=True)  # the run folder's own copy
-        err.print(f"planned {plan.layout.describe()} for tiny on {plan.world_size} local gloo ranks", markup=False)
-    else:
-        plan, plan_path = Plan.load(plan_file), plan_file
-        tag = stamp if nnodes == 1 else hashlib.sha256(f"{rdzv_endpoint}".encode()).hexdigest()[:8]
-        run_dir = run_dir or Path("runs") / f"{plan_file.stem}-{tag}"
-    local = nproc if nproc is not None else plan.world_size // nnodes
-    if local * nnodes != plan.world_size:
-        abort(f"{plan_path}: the plan needs {plan.world_size} ranks but --nnodes {nnodes} x --nproc {local} "
-              f"= {local * nnodes}; fix: make nnodes x nproc equal the plan's world size")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if plan_file is None:
+            plan = default_plan(nproc or DEFAULT_RANKS, keep_world=nproc is not None)
+            run_dir = run_dir or Path("runs") / f"default-{stamp}"
+            plan_path = run_dir / "plan.json"
+        else:
+            plan, plan_path = Plan.load(plan_file), plan_file
+            tag = stamp if nnodes == 1 else hashlib.sha256(f"{rdzv_endpoint}".encode()).hexdigest()[:8]
+            run_dir = run_dir or Path("runs") / f"{plan_file.stem}-{tag}"
+        local = nproc if nproc is not None else plan.world_size // nnodes
+        if local * nnodes != plan.world_size:
+            raise UserError(f"the plan needs {plan.world_size} ranks but --nnodes {nnodes} x --nproc {local} "
+                            f"= {local * nnodes}", where=str(plan_path),
+                            fix="make nnodes x nproc equal the plan's world size")
+        metrics = metrics or run_dir / "metrics.jsonl"
+        args = dict(nnodes=nnodes, nproc=local, node_rank=node_rank, steps=steps, smoke=smoke, data=data,
+                    data_dtype=data_dtype.value if data_dtype else None, checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every, resume=resume, max_restarts=max_restarts,
+                    collective_timeout=collective_timeout, store_hosted=rdzv_endpoint is None)
+        run_checks.check_executor_options(worker_args(plan_path, run_dir, metrics, args))
+        if resume is not None and not resume.is_dir():
+            raise UserError("no such folder", where=f"--resume {resume}",
+                            fix="pass a --checkpoint-dir folder or one of its step-* folders")
+        if data is not None:
+            run_checks.check_data(data, plan=plan, data_dtype=args["data_dtype"], smoke=smoke)
+        from executor.preflight import check_machine, cpu_oversubscribed
+
+        check_machine(plan, local_ranks=local, nnodes=nnodes, smoke=smoke, where=str(plan_file or "the default plan"))
+        slow = cpu_oversubscribed(plan, local_ranks=local, smoke=smoke)
+        if given_run_dir is not None:
+            make_output_folder(run_dir, option="--run-dir")
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)  # runs/<name>: meshplan's own default folder
+        if plan_file is None:
+            write_text_atomic(plan_path, plan.to_json(), force=True)  # the run folder's own copy
+            err.print(f"planned {plan.layout.describe()} for tiny on {plan.world_size} local gloo ranks", markup=False)
+    except UserError as exc:
+        abort(str(exc))
     (run_dir / "error.txt").unlink(missing_ok=True)
     (run_dir / "failure.txt").unlink(missing_ok=True)
-    metrics = metrics or run_dir / "metrics.jsonl"
-    if resume is not None and not resume.is_dir():
-        abort(f"--resume {resume}: no such folder; fix: pass a --checkpoint-dir folder or one of its step-* folders")
     if max_restarts and checkpoint_dir is None and not (resume is not None and checkpoint_every):
         err.print("note: --max-restarts without --checkpoint-dir: a restarted job trains again from step 1",
                   markup=False)
-    args = dict(nnodes=nnodes, nproc=local, node_rank=node_rank, steps=steps, smoke=smoke, data=data,
-                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                max_restarts=max_restarts, collective_timeout=collective_timeout, store_hosted=rdzv_endpoint is None)
     # One host: the rendezvous store listens on 127.0.0.1 only (planner.rendezvous), not on every interface.
     store = LoopbackStore.start(run_dir / "rendezvous.log") if rdzv_endpoint is None else None
     endpoint = store.endpoint if store is not None else rdzv_endpoint
@@ -291,6 +237,8 @@ def run_command(
     if endpoint.rsplit(":", 1)[0] in LOOPBACK:
         env["MASTER_ADDR"] = "127.0.0.1"
         env.update({k: v for k, v in loopback_sockets().items() if k not in os.environ})
+    if slow:
+        err.print(f"note: {slow}", markup=False)
     err.print(f"launching {local * nnodes} ranks ({nnodes} node(s)); output in {run_dir}", markup=False)
     try:
         rc, held = _launch(cmd, env, run_dir / "launcher.log")
@@ -322,6 +270,11 @@ def run_command(
             write_json_output(summary.model_dump_json(indent=2), json_out, force=force)
         except UserError as exc:
             abort(str(exc))
-        if json_out == "-":
-            return
-    _render(summary)
+    hint = None if smoke else run_checks.calibration_hint(plan, summary.median_step_time_s,
+                                                           summary.predicted_step_time_s, plan_path)
+    if json_out is None or not is_stdout(json_out):
+        from planner.cli._run_summary import render
+
+        render(summary)
+    if hint is not None:
+        err.print(hint, markup=False)

@@ -44,17 +44,18 @@ def write_figures(plan: Any, out_dir: Path | str, *, force: bool, compare: bool 
 @app.command("show")
 def show_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN.json", help="A plan written by `meshplan plan --json`."),
-    figures: Path = typer.Option(..., "--figures", metavar="DIR", help="Folder for the figures (PNG and SVG)."),
+    figures: Path = typer.Option(..., "--figures", metavar="DIR", help="Folder for the figures (PNG and SVG); created if missing, its parent must exist."),
     compare: bool = typer.Option(True, "--compare/--no-compare", help="Also draw step time vs memory of every feasible layout."),
     json_out: str = typer.Option(None, "--json", metavar="FILE", help="Write the paths and drawn numbers as JSON ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing figure (and --json) files."),
 ) -> None:
     """Draw a plan: device mesh on the topology, pipeline schedule, memory per stage, step time vs memory."""
-    from planner.io import check_targets
+    from planner.figures import FIGURES
+    from planner.figures import check_targets as check_figures
     from planner.plan import Plan
 
     with user_errors():
-        check_targets(json_out, force=force)  # the figures are checked in write_figures, before the search
+        check_figures(figures, FIGURES if compare else FIGURES[:3], force=force, others=(json_out,))
         plan = Plan.load(plan_file)
         report = write_figures(plan, figures, force=force, compare=compare)
     if emit_json(json.dumps(report, indent=1), json_out, force=force):

@@ -144,7 +144,7 @@ def sweep_command(
             from planner.figures import check_targets as check_figures
             from planner.figures.scaling import STEM
 
-            check_figures(figures, [STEM], force=force)
+            check_figures(figures, [STEM], force=force, others=(csv_out, json_out))
         if nodes is not None and gpus is not None:
             raise UserError("give --nodes or --gpus, not both", fix="drop one of them")
         lists = {

@@ -100,8 +100,10 @@ class Entry:
         self.pending = columns
 
     def _read(self) -> CacheFile | None:
-        try:
-            doc = CacheFile.model_validate_json(self.path.read_bytes())
+        from hardware_profiles.reader import read_json
+
+        try:  # the one bounded reader of JSON inputs; InputFileError and ValidationError are ValueErrors
+            doc = CacheFile.model_validate(read_json(self.path, what="cache file"))
         except (OSError, ValueError):
             return None
         if doc.fingerprint != self.fingerprint or doc.code != self.code:

@@ -12,7 +12,6 @@ answer into one line.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import tempfile
@@ -76,7 +75,12 @@ def check_export(result: ExportResult, *, python: str | None = None, megatron_lm
     if not lines:
         tail = " ".join(done.stderr.split())[-300:]
         return CheckOutcome(False, f"the {result.target} checker gave no answer (exit {done.returncode}): {tail}")
-    answer = json.loads(lines[-1])
+    from hardware_profiles.reader import InputFileError, parse_json
+
+    try:  # the one bounded JSON reader (hardware_profiles.reader), like every input meshplan takes
+        answer = parse_json(lines[-1], where=f"the {result.target} checker's answer")
+    except InputFileError as exc:
+        return CheckOutcome(False, str(exc))
     if done.returncode == 3:
         return CheckOutcome(False, f"{answer['message']}; install it with `{profile.pip}`")
     return CheckOutcome(bool(answer["ok"]), str(answer["message"]))

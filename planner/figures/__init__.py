@@ -19,21 +19,23 @@ if TYPE_CHECKING:
 FIGURES = ("mesh", "schedule", "memory", "pareto")
 
 
-def check_targets(out_dir: str | Path, stems: list[str] | tuple[str, ...] = FIGURES, *, force: bool = False) -> None:
-    """Raise UserError if `out_dir` is a file, or (without `force`) if any figure file would be overwritten."""
-    from planner.errors import UserError
+def figure_paths(out_dir: str | Path, stems: list[str] | tuple[str, ...] = FIGURES) -> list[Path]:
+    """The files `write_all` writes into `out_dir` for `stems` (PNG and SVG of each)."""
     from planner.figures._common import FORMATS
 
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError("not a directory", where=str(out), fix="pass a folder for the figures")
-    if force:
-        return
-    for stem in stems:
-        for fmt in FORMATS:
-            if (out / f"{stem}.{fmt}").exists():
-                raise UserError("file exists", where=str(out / f"{stem}.{fmt}"),
-                                fix="choose another folder or pass --force to overwrite")
+    return [Path(out_dir) / f"{stem}.{fmt}" for stem in stems for fmt in FORMATS]
+
+
+def check_targets(out_dir: str | Path, stems: list[str] | tuple[str, ...] = FIGURES, *, force: bool = False,
+                  others: tuple[str | Path | None, ...] = ()) -> None:
+    """Raise UserError before any work if the figures cannot be written: `out_dir` is a file or its parent
+    folder is missing, a figure file exists (without `force`), or another output of the command (`others`,
+    e.g. the --json file) names one of the figure files."""
+    from planner import io
+
+    io.check_output_folder(out_dir, option="--figures")
+    files = figure_paths(out_dir, stems) if Path(out_dir).is_dir() else []
+    io.check_targets(*others, *files, force=force)
 
 
 def write_all(plan: Plan, out_dir: str | Path, search: Any = None, *, force: bool = False,
@@ -49,10 +51,12 @@ def write_all(plan: Plan, out_dir: str | Path, search: Any = None, *, force: boo
     from planner.figures.mesh import draw_mesh
     from planner.figures.pareto import draw_pareto
     from planner.figures.schedule import draw_schedule
+    from planner.io import make_output_folder
 
     out = Path(out_dir)
     stems = ["mesh", "schedule", "memory"] + (["pareto"] if search is not None else [])
     check_targets(out, stems, force=force)
+    make_output_folder(out, option="--figures")
     drawers = {
         "mesh": lambda: draw_mesh(plan, topology),
         "schedule": lambda: draw_schedule(plan, ctx),
@@ -71,4 +75,4 @@ def write_all(plan: Plan, out_dir: str | Path, search: Any = None, *, force: boo
     return paths
 
 
-__all__ = ["FIGURES", "check_targets", "write_all"]
+__all__ = ["FIGURES", "check_targets", "figure_paths", "write_all"]

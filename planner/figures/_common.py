@@ -10,8 +10,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import UserError
-from planner.io import write_bytes_atomic
+from planner.io import check_targets, write_bytes_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -50,15 +49,13 @@ def render(fig: Figure, fmt: str) -> bytes:
 
 
 def save(fig: Figure, out_dir: str | Path, stem: str, *, force: bool = False) -> list[Path]:
-    """Write `stem.png` and `stem.svg` atomically; refuses (before writing either) if one exists and not `force`."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError("not a directory", where=str(out), fix="pass a folder for --figures")
+    """Write `stem.png` and `stem.svg` atomically into `out_dir` (created if missing, not its parents); refuses
+    (before writing either) if one exists and not `force` (`planner.io.check_targets`)."""
+    from planner.io import make_output_folder
+
+    out = make_output_folder(out_dir, option="--figures")
     paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
-    if not force:
-        for p in paths:
-            if p.exists():
-                raise UserError("file exists", where=str(p), fix="choose another folder or pass --force to overwrite")
+    check_targets(*paths, force=force)
     for p, fmt in zip(paths, FORMATS):
         write_bytes_atomic(p, render(fig, fmt), force=force)
     return paths

@@ -16,12 +16,12 @@ attention and its `source` says so.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from hardware_profiles.reader import InputFileError, read_json
 from planner.errors import UserError, format_validation_error
 from planner.model.spec import ModelSpec
 
@@ -67,13 +67,9 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     """Parse a Hugging Face config.json into a ModelSpec; UserError on anything unsupported or missing."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError("file not found", where=str(path), fix="pass the path of a config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(
-            f"cannot read JSON ({exc})", where=str(path), fix="pass a valid config.json"
-        ) from None
+        data = read_json(path, what="config.json")
+    except InputFileError as exc:
+        raise UserError(exc.problem, where=exc.where, fix="pass the path of a valid Hugging Face config.json") from None
     if not isinstance(data, dict):
         raise UserError(
             "top level is not a JSON object", where=str(path), fix="pass a Hugging Face config.json"
@@ -81,9 +77,37 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     return spec_from_hf_dict(data, path)
 
 
+HF_ONLY_KEYS = frozenset({"architectures", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                          "max_position_embeddings", "hidden_act", "torch_dtype", "transformers_version",
+                          "n_layer", "n_head", "n_embd", "rms_norm_eps", "tie_word_embeddings"})
+"""Keys of Hugging Face configs that no meshplan model file has."""
+MESHPLAN_ONLY_KEYS = frozenset({"num_layers", "num_heads", "ffn_hidden_size", "mlp", "norm", "position"})
+"""ModelSpec fields no Hugging Face config has: a file holding HF keys and none of these is an HF config."""
+ARCHITECTURE_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+                      "Qwen2ForCausalLM": "qwen2", "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox",
+                      "DeepseekV3ForCausalLM": "deepseek_v3"}
+"""transformers class names (config.json `architectures`) of the supported model types."""
+
+
+def looks_like_hf_config(data: dict[str, Any]) -> bool:
+    return bool(HF_ONLY_KEYS & set(data)) and not MESHPLAN_ONLY_KEYS & set(data)
+
+
+def missing_model_type(data: dict[str, Any], path: Path) -> UserError:
+    """The error for an HF config.json without `model_type` (it says which family, from `architectures`)."""
+    archs = data.get("architectures")
+    guess = next((ARCHITECTURE_TYPES[a] for a in archs if a in ARCHITECTURE_TYPES), None) if isinstance(archs, list) else None
+    fix = (f'add "model_type": "{guess}" (its architectures say {archs[0]})' if guess else
+           f'add "model_type" (one of {", ".join(SUPPORTED_MODEL_TYPES)}) as in the model\'s published config.json')
+    return UserError("a Hugging Face config.json without 'model_type', so its family (and how to read its keys) "
+                     "is unknown", where=str(path), fix=fix)
+
+
 def spec_from_hf_dict(data: dict[str, Any], path: Path) -> ModelSpec:
     cfg = _Config(data, path)
     model_type = data.get("model_type")
+    if model_type is None:
+        raise missing_model_type(data, path)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise UserError(
             f"model_type={model_type!r} is not supported",

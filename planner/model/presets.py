@@ -10,15 +10,14 @@ meshplan model YAML/JSON path, and always returns a validated `ModelSpec` or rai
 
 from __future__ import annotations
 
-import json
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from hardware_profiles.reader import InputFileError, parse_yaml, read_json, read_yaml
 from planner.errors import UserError, format_validation_error
 from planner.model.spec import ModelSpec
 
@@ -50,7 +49,7 @@ def preset(name: str) -> ModelSpec:
             f"unknown model preset {name!r}",
             fix=f"use one of: {', '.join(list_presets())}, or a config.json / model YAML path",
         )
-    return _validate(yaml.safe_load(files[name].read_text(encoding="utf-8")), f"preset {name}")
+    return _validate(parse_yaml(files[name].read_text(encoding="utf-8"), where=f"preset {name}"), f"preset {name}")
 
 
 def _validate(data: Any, where: str) -> ModelSpec:
@@ -66,24 +65,19 @@ def _validate(data: Any, where: str) -> ModelSpec:
 
 def load_model_file(path: str | Path) -> ModelSpec:
     """A meshplan model YAML/JSON file, or a Hugging Face config.json (recognised by its `model_type`)."""
-    from planner.model.hf_import import spec_from_hf_dict
+    from planner.model.hf_import import looks_like_hf_config, missing_model_type, spec_from_hf_dict
 
     path = Path(path)
     kind = "JSON" if path.suffix == ".json" else "YAML"
     fix = f"pass a UTF-8 {kind} file: a model YAML like planner/model/presets/tiny.yaml, or a HF config.json"
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"not UTF-8 text (byte {exc.start})", where=str(path), fix=fix) from None
-    except OSError as exc:
-        raise UserError(f"cannot read file ({exc.strerror or exc.__class__.__name__})", where=str(path), fix=fix) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise UserError(f"not valid {kind}: {' '.join(str(exc).split()) or exc.__class__.__name__}", where=str(path),
-                        fix=fix) from None
+        data = read_json(path, what="model file") if kind == "JSON" else read_yaml(path, what="model file")
+    except InputFileError as exc:
+        raise UserError(exc.problem, where=exc.where, fix=fix) from None
     if isinstance(data, dict) and "model_type" in data:
         return spec_from_hf_dict(data, path)
+    if isinstance(data, dict) and looks_like_hf_config(data):
+        raise missing_model_type(data, path)
     return _validate(data, str(path))
 
 
@@ -93,7 +87,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     if isinstance(name_or_path, str) and text in _preset_files():
         return preset(text)
     path = Path(text)
-    if path.is_file():
+    if path.exists():  # folders and special files are refused by name by the reader
         return load_model_file(path)
     raise UserError(
         f"unknown model {text!r}: not a preset and no such file",

@@ -1,7 +1,7 @@
 """Test plans for the executor: a `Plan` from a model, a layout and a small workload on the local-cpu cluster.
 
 Uses the lead's `planner.evaluate` (it returns a Plan with the cost model's prediction). If evaluate fails
-(the cost model is not what these tests check) the plan gets a zeroed prediction and says why in its notes:
+(the cost model is not what these tests check) the plan gets a placeholder prediction and says why in its notes:
 the executor only reports predictions, it never acts on them. A plan evaluate returns must keep the
 requested layout (its layer partition may differ: the planner picks it and the executor follows it).
 """
@@ -60,7 +60,9 @@ def model_spec(model: str | dict[str, Any]) -> ModelSpec:
     return preset(model)
 
 
-def _zero_prediction(layout: Layout, capacity_bytes: float) -> Prediction:
+def _placeholder_prediction(layout: Layout, capacity_bytes: float, tokens_per_step: int) -> Prediction:
+    """Zero memory and a 1 s step (the plan schema requires a positive step time): a stand-in, said so in the
+    plan's notes, when the cost model cannot cost a test layout."""
     stages = tuple(
         StageMemory(
             stage=s,
@@ -74,8 +76,8 @@ def _zero_prediction(layout: Layout, capacity_bytes: float) -> Prediction:
         for s in range(layout.pp)
     )
     return Prediction(
-        step_time_s=0.0,
-        tokens_per_s=0.0,
+        step_time_s=1.0,
+        tokens_per_s=float(tokens_per_step),
         mfu=0.0,
         model_tflops_per_gpu=0.0,
         hardware_tflops_per_gpu=0.0,
@@ -103,7 +105,7 @@ def make_plan(
 
         plan = evaluate(spec, cluster, workload, layout, allow_oom=True)
     except Exception as exc:  # noqa: BLE001 - the cost model is not under test here; its numbers are only reported
-        plan, note = None, f"prediction zeroed: planner.evaluate failed ({type(exc).__name__}: {exc})"[:300]
+        plan, note = None, f"placeholder prediction: planner.evaluate failed ({type(exc).__name__}: {exc})"[:300]
     if plan is not None:
         got, want = plan.layout, layout
         same = got.model_dump(exclude={"layer_partition"}) == want.model_dump(exclude={"layer_partition"})
@@ -115,6 +117,6 @@ def make_plan(
         inputs=PlanInputs(model=spec, cluster=cluster.model_dump(mode="json"), workload=workload),
         layout=layout,
         placement=tuple(RankPlacement(rank=r, host=0, gpu=r) for r in range(layout.world_size)),
-        prediction=_zero_prediction(layout, capacity),
+        prediction=_placeholder_prediction(layout, capacity, layout.global_batch * seq_len),
         notes=(note,) if note else (),
     )

@@ -25,6 +25,7 @@ def meshplan(args: list[str], cwd: Path, timeout_s: float = 120) -> subprocess.C
 
 @pytest.mark.timeout(120)
 def test_quick_calibration_on_two_ranks_writes_a_profile_the_planner_uses(tmp_path: Path) -> None:
+    (tmp_path / "prof").mkdir()  # meshplan creates no folders for its output files
     proc = meshplan(["calibrate", "--quick", "--nproc", "2", "--out", "prof/cal.yaml", "--json", "cal.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "GEMM fp32 plateau" in proc.stdout and "all_reduce n=2" in proc.stdout

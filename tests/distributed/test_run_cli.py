@@ -124,3 +124,26 @@ def test_two_torchrun_agents_on_loopback(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "measured vs predicted" in outputs[0][0] + outputs[1][0]
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_the_real_job_quietly(tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, while torchrun starts its workers:
+    exit 130, one line, no traceback (the workers' KeyboardInterrupt reports stay in launcher.log)."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli.main", "run", "--run-dir", str(tmp_path / "r")],
+                            cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    log = tmp_path / "r" / "launcher.log"
+    deadline = time.monotonic() + 90
+    while not log.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # torchrun has started its workers
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "closed file" not in err, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == "interrupted", err[-1000:]

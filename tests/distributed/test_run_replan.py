@@ -1,5 +1,6 @@
 """`meshplan run --calibrate` and `--replan-if-off`: calibrate, (re-)plan on the result, run, report measured
-next to predicted. Each test is one quick calibration plus one or two 4-rank launches."""
+next to predicted. Each test is one quick calibration plus one or two 2-rank launches (2 ranks: the paths are
+the same as with 4, at half the processes on the 2-core CI machine)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ def _metrics(path: Path) -> list[dict]:
 
 @pytest.mark.timeout(300)
 def test_run_calibrate_plans_on_the_calibrated_profile(tmp_path: Path) -> None:
-    proc = meshplan(["run", "--calibrate", "--steps", "3", "--run-dir", "r"], tmp_path)
+    proc = meshplan(["run", "--calibrate", "--nproc", "2", "--steps", "3", "--run-dir", "r"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "on the calibrated profile" in proc.stderr and "measured vs predicted" in proc.stdout
     plan = Plan.load(tmp_path / "r" / "plan.json")
     assert plan.inputs.cluster["origin"].endswith("calibrated.yaml")
+    assert plan.world_size == 2  # --nproc 2 asked for two ranks: the re-plan keeps them
     rows = _metrics(tmp_path / "r" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["predicted_step_time_s"] == pytest.approx(plan.prediction.step_time_s) for r in rows)
@@ -42,7 +44,8 @@ def test_run_calibrate_plans_on_the_calibrated_profile(tmp_path: Path) -> None:
 def test_replan_if_off_replans_and_continues_from_the_checkpoint(tmp_path: Path) -> None:
     # The built-in local-cpu profile predicts the tiny model's step from FLOPs alone: far too fast on any
     # CPU, so the probe is off by more than 25 % and the run re-plans on a calibrated profile.
-    proc = meshplan(["run", "--replan-if-off", "25", "--steps", "8", "--run-dir", "r", "--json", "final.json"], tmp_path)
+    proc = meshplan(["run", "--replan-if-off", "25", "--nproc", "2", "--steps", "8", "--run-dir", "r", "--json",
+                     "final.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"probe median .* off by more than 25 %", proc.stderr), proc.stderr[-3000:]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("re-planned on the calibrated profile"))

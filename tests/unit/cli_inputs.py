@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import stat
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -101,3 +104,65 @@ def pipeline_plan_json() -> str:
     plan = evaluate(preset("tiny"), hp.cluster("local-cpu", gpus=4), Workload(global_batch=8, seq_len=64, dtype="fp32"),
                     layout)
     return plan.to_json()
+
+
+class FifoPeer:
+    """A FIFO at `path` with a helper thread at its other end: it feeds `content` to every reader (an input
+    FIFO) or, with `content` None, drains every writer (an output FIFO), until `close()`. A FIFO opened with
+    nobody at the other end blocks, like any Unix tool's; the helper is that somebody."""
+
+    def __init__(self, path: Path, content: bytes | None) -> None:
+        os.mkfifo(path)
+        self.path, self.content = path, content
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.content is None:
+                    with open(self.path, "rb") as fh:
+                        data = fh.read()
+                    if not self._stop.is_set():
+                        self.got.append(data)
+                else:
+                    with open(self.path, "wb") as fh:
+                        fh.write(self.content)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Stop the helper: complete its pending open from this side (non-blocking) so it sees the stop."""
+        self._stop.set()
+        flags = os.O_NONBLOCK | (os.O_RDONLY if self.content is not None else os.O_WRONLY)
+        with contextlib.suppress(OSError):
+            os.close(os.open(self.path, flags))
+        self._thread.join(timeout=5)
+
+
+def special_file(path: Path, kind: str, content: str | bytes = b"") -> tuple[Path, FifoPeer | None]:
+    """Make `path` a file of `kind` (fuzz_inputs.SPECIAL_FILES); returns the path to pass and a FIFO helper
+    to close after the command (None for the other kinds)."""
+    data = content.encode() if isinstance(content, str) else content
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "fifo":
+        return path, FifoPeer(path, data if data else None)
+    elif kind == "devnull":
+        return Path(os.devnull), None
+    elif kind == "chardev":
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's device numbers
+        except PermissionError:
+            return Path(os.devnull), None
+    elif kind == "symlink":
+        target = path.with_name(path.name + ".target")
+        target.write_bytes(data)
+        path.symlink_to(target)
+    elif kind == "dangling":
+        path.symlink_to(path.with_name(path.name + ".missing"))
+    else:
+        raise ValueError(kind)
+    return path, None

@@ -101,3 +101,27 @@ def _overwrite(raw: bytes, edits: list[tuple[int, int]]) -> bytes:
 
 INTS = st.sampled_from(["1", "2", "3", "4", "8", "0", "-1", "7", "16", "x", "1.5", "99999999999999999999"])
 """Values for integer options: valid, zero, negative, odd, not a number, huge."""
+
+
+# File types and nesting ---------------------------------------------------------------------------------
+SPECIAL_FILES = ("dir", "fifo", "devnull", "chardev", "symlink", "dangling")
+"""Kinds of path a user may name instead of a regular file: a folder, a FIFO (fed or drained by a helper
+thread), /dev/null, a character device node made with mknod (where permitted, else /dev/null), a symlink to
+a regular file and a symlink to nothing."""
+
+
+@st.composite
+def deep_document(draw: st.DrawFn, suffix: str) -> str:
+    """A JSON or YAML document nested 65 to 1,500 levels deep (the bound is 64; Python's recursion gives out
+    near 1,000), of lists, mappings or both, in flow or block form."""
+    depth = draw(st.integers(min_value=65, max_value=1500))
+    kind = draw(st.sampled_from(["list", "map", "mixed"]))
+    if suffix == ".yaml" and draw(st.booleans()) and depth <= 600:  # block style: indentation, not brackets
+        return "".join(f"{'  ' * i}a:\n" for i in range(depth)) + f"{'  ' * depth}b: 1\n"
+    opens = [("[" if kind == "list" or (kind == "mixed" and i % 2) else '{"a": ') for i in range(depth)]
+    closes = ["]" if o == "[" else "}" for o in reversed(opens)]
+    return "".join(opens) + "1" + "".join(closes)
+
+
+BAD_NUMBERS = [float("nan"), float("inf"), float("-inf"), -1.0, -1e-9, -(10**12)]
+"""Values no plan prediction may hold: every time, rate, byte count and fraction in it is finite and >= 0."""

@@ -12,15 +12,16 @@ import hardware_profiles
 from planner.api import evaluate, search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
-from planner.cli.options import Inputs, layout_from_pins, parse_layout_string
+from planner.cli.options import Inputs, parse_layout_string
 from planner.errors import UserError
 from planner.layout import Layout, Workload
 from planner.model import load_model
+from planner.plan import Plan
 
 _register_commands()
 ENV = {"COLUMNS": "250", "NO_COLOR": "1"}
 SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
-COLUMNS = ["source", "layout", "gpus", "compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
+COLUMNS = ["source", "layout", "searched", "gpus", "compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
            "bubble_s", "optimizer_s", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits"]
 
 
@@ -61,14 +62,19 @@ def test_files_layouts_and_search_in_one_table(tmp_path, inputs: Inputs) -> None
     assert list(frame["source"]) == [str(a), str(b), "--layout 1", "--layout 2", "search #1", "search #2"]
     rows = frame.to_dict(orient="records")
     _check_row(rows[0], plan_a)
-    lay_1 = layout_from_pins(parse_layout_string("tp=8,pp=2,mb=1,rc=full,sp=1"), inputs)
-    assert (lay_1.dp, lay_1.num_microbatches) == (1, 64)
-    _check_row(rows[2], evaluate(inputs.model, inputs.cluster, inputs.workload, lay_1))
+    assert rows[0]["searched"] == "-"  # a plan file is shown as stored
+    # --layout 1: the stated knobs held, the others searched (the best plan so constrained).
+    (best_1,) = search(inputs.model, inputs.cluster, inputs.workload, tp=8, pp=2, micro_batch=1, recompute="full",
+                       sequence_parallel=True)
+    _check_row(rows[2], best_1)
+    assert rows[2]["searched"] == "dp,cp,ep,m,schedule,v,zero,dp_shard,mesh"
+    # --layout 2: dp=16 with ZeRO-0 fits with no setting of the rest: the defaults, listed as not fitting.
     oom = evaluate(inputs.model, inputs.cluster, inputs.workload, Layout(dp=16, num_microbatches=4), allow_oom=True)
     _check_row(rows[3], oom)
-    assert not rows[3]["fits"]  # listed, not an error
+    assert not rows[3]["fits"] and rows[3]["searched"] == "none fits: defaults"  # listed, not an error
     for row, plan in zip(rows[4:], search(inputs.model, inputs.cluster, inputs.workload, top=2)):
         _check_row(row, plan)
+        assert row["searched"] == "dp,tp,pp,cp,ep,mb,m,schedule,v,zero,dp_shard,rc,sp,mesh"
     assert "some layouts do not fit" in result.stderr
     for needle in ("comparison", "search #2", "--layout 2", "NO"):
         assert needle in result.stdout
@@ -93,7 +99,22 @@ def test_layouts_use_the_first_plan_files_inputs(tmp_path) -> None:
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["gpus"] for r in rows] == [16, 16]
-    assert rows[1]["layout"] == "dp4xtp4xpp1 mb1x16 zero1 rc-full"
+    plan = Plan.load(src)
+    (best,) = search(plan.inputs.model, hardware_profiles.Cluster.model_validate(plan.inputs.cluster),
+                     plan.inputs.workload, tp=4, zero=1, recompute="full")
+    assert rows[1]["layout"] == best.layout.describe() and "tp4" in rows[1]["layout"]
+
+
+def test_unstated_knobs_are_searched_not_defaulted() -> None:
+    """`--layout dp=16` with the old defaults (ZeRO-0, no recompute) needed 166 GiB per GPU: "does not fit".
+    The best ZeRO/recompute/micro-batch setting for dp=16 fits, and the table says those knobs were searched."""
+    result = run("compare", *SMALL, "--layout", "dp=16", "--json", "-")
+    assert result.exit_code == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["fits"] and row["layout"].startswith("dp16xtp1xpp1")
+    assert "zero" in row["searched"].split(",") and "dp" not in row["searched"].split(",")
+    table = run("compare", *SMALL, "--layout", "dp=16").stdout
+    assert "searched" in table and "zero" in table
 
 
 def test_parse_layout_string_aliases_and_errors() -> None:
@@ -114,3 +135,15 @@ def test_bad_inputs_exit_2(tmp_path) -> None:
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     missing = run("compare", str(tmp_path / "none.json"))
     assert missing.exit_code == 2 and "cannot read plan" in missing.stderr
+
+
+def test_mfu_is_a_percentage_in_the_table_and_a_fraction_in_json() -> None:
+    """`plan` showed 40.2 % while `compare` showed 0.402: every human-readable output uses the percentage."""
+    tiny = ["--model", "tiny", "--cluster", "local-cpu", "--gpus", "4", "--seq-len", "64", "--global-batch", "8",
+            "--top", "1"]
+    rows = json.loads(run("compare", *tiny, "--json", "-").stdout)
+    table = run("compare", *tiny).stdout
+    assert "MFU %" in table and f"{100 * rows[0]['mfu']:.1f}" in table, table
+    assert 0 < rows[0]["mfu"] < 1  # JSON (and CSV) keep the plan file's fraction
+    plan = run("plan", *tiny).stdout
+    assert f"{100 * rows[0]['mfu']:.1f} %" in plan

@@ -53,8 +53,14 @@ def test_memmap_windows_wrap_and_check_the_vocabulary(tmp_path) -> None:
 
 
 def test_memmap_errors_are_one_line(tmp_path) -> None:
-    with pytest.raises(UserError, match="no such file.*--data"):
+    with pytest.raises(UserError, match="--data .*missing.bin: cannot read the token file .No such file"):
         MemmapTokens(tmp_path / "missing.bin", dtype="uint16", vocab_size=10, seq_len=4, wrap_vocab=False)
+    with pytest.raises(UserError, match="is a folder, not a token file"):  # it said "no such file"
+        MemmapTokens(tmp_path, dtype="uint16", vocab_size=10, seq_len=4, wrap_vocab=False)
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"abc")  # 3 bytes: numpy's memmap raised a ValueError traceback on every rank
+    with pytest.raises(UserError, match="3 bytes is not a whole number of uint16 tokens"):
+        MemmapTokens(odd, dtype="uint16", vocab_size=10, seq_len=4, wrap_vocab=False)
     short = tmp_path / "short.bin"
     np.arange(3, dtype=np.uint32).tofile(short)
     with pytest.raises(UserError, match="fewer than one sequence"):

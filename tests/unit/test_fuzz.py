@@ -10,7 +10,13 @@ The CLI (`plan`, `evaluate`, `model`, `topology`, `export`, `explain`, `compare`
 lists built from valid, edge and invalid option values and generated files; it must exit 0 or 2, and a
 refusal is exactly one `error: ...` line on stderr, never a traceback.
 
-Sizes: `settings(max_examples=...)` per test, about 3,600 inputs in all, under a minute on the 2-core CI
+File types: generated inputs and outputs include folders, FIFOs (with a helper thread at the other end),
+/dev/null, character device nodes (mknod, as root), symlinks and dangling symlinks; documents nested up to
+1,500 levels; plan predictions set to NaN, Infinity or negative values (each must be refused). `meshplan run`
+gets generated flags with torchrun replaced by a recorder (whatever it would launch must pass the workers'
+option parser).
+
+Sizes: `settings(max_examples=...)` per test, about 4,100 inputs in all, a minute or two on the 2-core CI
 machine. Under CI=1 the `ci` profile (tests/conftest.py) derandomizes, so CI runs the same inputs every
 time; locally each run explores new ones. The total tried is printed when the module finishes.
 """
@@ -35,10 +41,11 @@ from cli_inputs import (
     pipeline_plan_json,
     preset_data,
     profile_data,
+    special_file,
     tiny_plan_json,
     write,
 )
-from fuzz_inputs import INTS, junk_bytes, mutated
+from fuzz_inputs import BAD_NUMBERS, INTS, SPECIAL_FILES, deep_document, junk_bytes, mutated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -184,20 +191,71 @@ def test_raw_bytes(workdir: Path, data: st.DataObject, kind: str) -> None:
     load(write(fresh(workdir, suffix), data.draw(junk_bytes(text))))
 
 
+@fuzz(60)
+@given(data=st.data(), kind=st.sampled_from(sorted(RAW_KINDS)))
+def test_nesting_depth(workdir: Path, data: st.DataObject, kind: str) -> None:
+    """Documents nested 65 to 1,500 levels deep: a clean refusal naming the depth, never a RecursionError."""
+    TRIED["deeply nested"] += 1
+    _, suffix, load = RAW_KINDS[kind]
+    path = write(fresh(workdir, suffix), data.draw(deep_document(suffix)))
+    if kind == "plan":
+        with pytest.raises(UserError, match="nested deeper than 64 levels"):
+            Plan.load(path)
+    else:
+        load(path)
+
+
+def _numbers(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Paths to every number (not bool) inside dicts and lists."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _numbers(v, (*prefix, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _numbers(v, (*prefix, i))]
+    return [prefix] if isinstance(node, int | float) and not isinstance(node, bool) else []
+
+
+@fuzz(300)
+@given(doc=st.sampled_from(PLANS), data=st.data())
+def test_impossible_prediction_numbers(workdir: Path, doc: dict, data: st.DataObject) -> None:
+    """Any number of a plan's prediction set to NaN, +-Infinity or a negative value is refused on load (one
+    line naming the file): the schema bounds every one of them."""
+    TRIED["plan NaN/Infinity/negative"] += 1
+    doc = json.loads(json.dumps(doc))
+    paths = _numbers(doc["prediction"])
+    path = paths[data.draw(st.integers(min_value=0, max_value=len(paths) - 1))]
+    parent = doc["prediction"]
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = data.draw(st.sampled_from(BAD_NUMBERS))
+    file = write(fresh(workdir, ".json"), json.dumps(doc))  # NaN and Infinity as Python's json writes them
+    with pytest.raises(UserError) as info:
+        Plan.load(file)
+    assert str(file) in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
 # CLI ----------------------------------------------------------------------------------------------------
 def _file(suffix: str, content: st.SearchStrategy) -> st.SearchStrategy:
     """A generated input file, written by the test: ("FILE", suffix, text or bytes)."""
     return content.map(lambda c: ("FILE", suffix, c))
 
 
+def _special(suffix: str, content: st.SearchStrategy) -> st.SearchStrategy:
+    """An input path that is not a regular file: ("SPECIAL", suffix, kind, content)."""
+    return st.tuples(st.just("SPECIAL"), st.just(suffix), st.sampled_from(SPECIAL_FILES), content)
+
+
 MODEL_ARG = st.one_of(
     st.sampled_from(["tiny", "tiny-moe", "nosuch", ""]),
+    _special(".yaml", st.just(yaml.safe_dump(MODELS[0]))),
+    _file(".json", deep_document(".json")),
     _file(".yaml", st.sampled_from(MODELS[:2]).flatmap(mutated).map(yaml.safe_dump)),
     _file(".json", st.sampled_from(HF).flatmap(mutated).map(json.dumps)),
     _file(".yaml", junk_bytes(yaml.safe_dump(MODELS[0]))),
 )
 CLUSTER_ARG = st.one_of(
     st.sampled_from(["local-cpu", "local-cpu", "dgx-h100", "nosuch", "x.yaml"]),
+    _special(".yaml", st.just(yaml.safe_dump(CLUSTERS[0]))),
+    _file(".yaml", deep_document(".yaml")),
     _file(".yaml", st.sampled_from(CLUSTERS[:2]).flatmap(mutated).map(yaml.safe_dump)),
     _file(".yaml", junk_bytes(yaml.safe_dump(CLUSTERS[0]))),
 )
@@ -206,9 +264,13 @@ PLAN_ARG = st.one_of(
     st.just(("FILE", ".json", pipeline_plan_json())),
     _file(".json", st.sampled_from(PLANS).flatmap(mutated).map(json.dumps)),
     _file(".json", junk_bytes(tiny_plan_json())),
+    _special(".json", st.just(tiny_plan_json())),
+    _file(".json", deep_document(".json")),
     st.just("missing.json"),
 )
-OUT_ARG = st.sampled_from([("OUT", "new"), ("OUT", "existing"), "-", ("OUT", "dir")])
+OUT_ARG = st.sampled_from([("OUT", "new"), ("OUT", "existing"), "-", ("OUT", "dir"), ("OUT", "fifo"),
+                           ("OUT", "devnull"), ("OUT", "chardev"), ("OUT", "symlink"), ("OUT", "dangling"),
+                           ("OUT", "missing-folder")])
 
 
 def _options(draw: st.DrawFn, table: dict[str, st.SearchStrategy], max_count: int = 6) -> list:
@@ -270,30 +332,115 @@ def cli_argv(draw: st.DrawFn) -> list:
     return ["explain", draw(PLAN_ARG), *_options(draw, {"--json": OUT_ARG, "--force": st.none()}, 2)]
 
 
-def materialize(workdir: Path, argv: list) -> list[str]:
-    """Write the generated files of `argv` and return plain strings."""
-    out = []
+def materialize(workdir: Path, argv: list) -> tuple[list[str], list]:
+    """Write the generated files of `argv`; plain strings, and the FIFO helpers to close after the command."""
+    out, peers = [], []
     for arg in argv:
         if isinstance(arg, tuple) and arg[0] == "FILE":
             out.append(str(write(fresh(workdir, arg[1]), arg[2])))
+        elif isinstance(arg, tuple) and arg[0] == "SPECIAL":
+            path, peer = special_file(fresh(workdir, arg[1]), arg[2], arg[3])
+            out.append(str(path))
+            peers += [peer] if peer is not None else []
         elif isinstance(arg, tuple) and arg[0] == "OUT":
             path = fresh(workdir, ".out")
             if arg[1] == "existing":
                 path.write_text("keep me\n")
-            elif arg[1] == "dir":
-                path.mkdir()
+            elif arg[1] == "missing-folder":
+                path = path / "sub" / "out.json"
+            elif arg[1] != "new":
+                path, peer = special_file(path, arg[1], "keep me\n" if arg[1] == "symlink" else b"")
+                peers += [peer] if peer is not None else []
             out.append(str(path))
         else:
             out.append(arg)
-    return out
+    return out, peers
+
+
+def run_cli(workdir: Path, argv: list) -> tuple[int, str]:
+    """Run generated arguments; the exit code and stderr, after checking the one-line refusal contract."""
+    args, peers = materialize(workdir, argv)
+    try:
+        code, _, err = invoke(args)
+    finally:
+        for peer in peers:
+            peer.close()
+    assert code in (0, 2), (args, code, err)
+    if code == 2:
+        check_refusal(code, err)
+    assert "Traceback" not in err
+    return code, err
 
 
 @fuzz(250)
 @given(argv=cli_argv())
 def test_cli(workdir: Path, argv: list) -> None:
     TRIED["CLI argument lists"] += 1
-    code, _, err = invoke(materialize(workdir, argv))
-    assert code in (0, 2), (code, err)
-    if code == 2:
-        check_refusal(code, err)
-    assert "Traceback" not in err
+    run_cli(workdir, argv)
+
+
+RUN_OPTIONS = {
+    "--steps": INTS, "--nproc": st.sampled_from(["1", "2", "3", "4", "0", "x"]), "--nnodes": st.sampled_from(["1", "2", "0"]),
+    "--node-rank": st.sampled_from(["0", "1", "-1"]),
+    "--rdzv-endpoint": st.sampled_from(["127.0.0.1:29500", "notahost:99999", "nosuchhost.invalid:29500", "host",
+                                        ":1", "localhost:0", "[::1]:29500"]),
+    "--data": st.one_of(_file(".bin", st.binary(max_size=600)), _special(".bin", st.binary(min_size=2, max_size=600)),
+                        st.just("missing.bin")),
+    "--data-dtype": st.sampled_from(["uint16", "uint32", "int8"]), "--checkpoint-every": st.sampled_from(["0", "1", "-1", "x"]),
+    "--checkpoint-dir": st.one_of(st.just(("OUT", "dir")), st.just(("OUT", "new"))),
+    "--collective-timeout": st.sampled_from(["0.001", "0", "1", "5", "-1", "nan", "inf", "1e300", "604800", "x"]),
+    "--resume": st.one_of(st.just(("OUT", "dir")), st.just("missing-ckpt")), "--max-restarts": st.sampled_from(["0", "1", "-1"]),
+    "--json": OUT_ARG, "--metrics": OUT_ARG, "--smoke": st.none(), "--force": st.none(),
+}
+
+
+@st.composite
+def run_argv(draw: st.DrawFn) -> list:
+    plan = draw(st.one_of(st.none(), PLAN_ARG))
+    args = ["run", *([] if plan is None else [plan])]
+    return args + draw(st.just(["--run-dir", ("OUT", "new")])) + _options(draw, RUN_OPTIONS, 5)
+
+
+@pytest.fixture(scope="module")
+def fake_launch():  # noqa: ANN201
+    """`meshplan run` with torchrun replaced by a launcher that records the command and writes one step of
+    metrics, and no rendezvous store process: the fuzzing is about what the CLI accepts and how it refuses,
+    not about training."""
+    from types import SimpleNamespace
+
+    from planner import rendezvous
+    from planner.cli import run as run_module
+
+    launched: list[list[str]] = []
+    store = SimpleNamespace(endpoint="127.0.0.1:29400", stop=lambda: None)  # no store process (it loads torch)
+
+    def launch(cmd: list[str], env: dict, log: Path) -> tuple[int, list[str]]:
+        """Record the command and write the metrics rank 0 would (to a regular or new file, as it does)."""
+        launched.append(cmd)
+        metrics = Path(cmd[cmd.index("--metrics") + 1])
+        if metrics.parent.is_dir() and (metrics.is_file() or not metrics.exists()):
+            metrics.write_text(json.dumps({"step": 1, "loss": 5.0, "step_time_s": 0.1, "tokens_per_s": 5120.0,
+                                           "mfu": None}) + "\n")
+        return 0, []
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_module, "_launch", launch)
+        mp.setattr(rendezvous.LoopbackStore, "start", staticmethod(lambda log: store))
+        yield launched
+
+
+@fuzz(150)
+@given(argv=run_argv())
+def test_run_flags(workdir: Path, fake_launch: list, argv: list) -> None:
+    """`meshplan run` with generated flags: exit 0 (launched) or 2 with one line, never a traceback; whatever
+    was launched passed the executor's own option parser."""
+    TRIED["meshplan run flags"] += 1
+    before = len(fake_launch)
+    code, err = run_cli(workdir, argv)
+    if len(fake_launch) > before:
+        from executor.options import parse_args
+
+        cmd = fake_launch[-1]
+        parse_args(cmd[cmd.index("executor") + 1:])  # the workers would accept it
+    else:
+        assert code == 2, err

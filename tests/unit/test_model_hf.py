@@ -116,9 +116,9 @@ def test_bad_values_become_one_line_user_errors(tmp_path: Path) -> None:
         from_hf_config(_write(tmp_path, data))
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    with pytest.raises(UserError, match="cannot read JSON"):
+    with pytest.raises(UserError, match="invalid JSON"):
         from_hf_config(broken)
-    with pytest.raises(UserError, match="file not found"):
+    with pytest.raises(UserError, match="No such file"):
         from_hf_config(tmp_path / "absent.json")
 
 

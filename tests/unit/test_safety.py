@@ -298,10 +298,12 @@ def test_default_run_listens_on_loopback_only(tmp_path: Path, monkeypatch: pytes
 def test_a_named_host_is_used_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cli_inputs import tiny_plan_json
 
+    from planner.cli import _run_checks as run_checks
     from planner.cli import run as run_cli
 
     seen: dict = {}
     monkeypatch.setattr(run_cli, "_launch", lambda cmd, env, log: (seen.update(cmd=cmd, env=env), (0, []))[1])
+    monkeypatch.setattr(run_checks, "resolvable", lambda host: host == "node0")  # a cluster's DNS name
     plan = write(tmp_path / "p.json", tiny_plan_json(4))
     code, _, err = invoke(["run", plan, "--run-dir", tmp_path / "r", "--nnodes", "2", "--nproc", "2",
                            "--rdzv-endpoint", "node0:29400"])

@@ -1,0 +1,141 @@
+"""How `meshplan run` starts torchrun and relays its output (planner/cli/run.py holds the command).
+
+`torchrun_cmd` builds the line: `python -m torch.distributed.run ... -m executor PLAN.json ...` with c10d
+rendezvous at the endpoint (127.0.0.1 and a helper-hosted store on one host). `worker_args` is its part
+after `-m executor`: the exact arguments every worker parses (executor.options), which `meshplan run`
+parses too before launching, so a bad combination is one line here instead of one per rank.
+
+`launch` runs it, streaming progress to stderr and everything to the run's launcher.log; torchrun's own
+logging and failure report are held back (`held_back`) and shown only when the failure is not a user error
+the executor already put in one line. Ctrl-C stops the job cleanly: the output threads are joined before
+the log closes (no "I/O operation on closed file" from them), torchrun and its workers get SIGINT and then
+SIGTERM/SIGKILL if they linger, their interrupted-traceback noise goes to the log only, and the
+KeyboardInterrupt reaches `main()` (one line, exit 130).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+STOP_GRACE_S = 20.0
+"""How long torchrun gets to stop its workers after Ctrl-C (it sends them SIGTERM and waits) before it is
+killed: a worker in the middle of a checkpoint write needs a few seconds."""
+
+
+def worker_args(plan_path: Path, run_dir: Path, metrics: Path, args: dict) -> list[str]:
+    """The arguments of `python -m executor` (everything after `-m executor` in the torchrun line)."""
+    cmd = [str(plan_path), "--steps", str(args["steps"]), "--run-dir", str(run_dir), "--metrics", str(metrics)]
+    if args["smoke"]:
+        cmd.append("--smoke")
+    for flag in ("data", "data_dtype", "checkpoint_dir"):
+        if args.get(flag) is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(args[flag])]
+    if args["checkpoint_every"]:
+        cmd += ["--checkpoint-every", str(args["checkpoint_every"])]
+    if args.get("resume"):
+        cmd += ["--resume", str(args["resume"])]
+    if args.get("collective_timeout") is not None:
+        cmd += ["--collective-timeout", str(args["collective_timeout"])]
+    return cmd
+
+
+def torchrun_cmd(plan_path: Path, run_dir: Path, metrics: Path, args: dict, endpoint: str, rdzv_id: str) -> list[str]:
+    host = endpoint.rsplit(":", 1)[0]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args["nnodes"]),
+           "--nproc-per-node", str(args["nproc"]), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+           "--rdzv-id", rdzv_id]
+    if host in LOOPBACK:
+        cmd += ["--local-addr", "127.0.0.1"]  # workers' MASTER_ADDR: loopback, not the host name
+    if args.get("store_hosted"):
+        cmd += ["--rdzv-conf", "is_host=0"]  # the store runs in our helper process (planner.rendezvous)
+    if args["nnodes"] > 1:
+        cmd += ["--node-rank", str(args["node_rank"]), "--rdzv-conf", f"is_host={int(args['node_rank'] == 0)}"]
+    if args.get("max_restarts"):
+        cmd += ["--max-restarts", str(args["max_restarts"])]
+    return cmd + ["-m", "executor", *worker_args(plan_path, run_dir, metrics, args)]
+
+
+_AGENT_LOG = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")
+"""A log line of the torchrun agent itself (glog style: level, date, time, pid, source file)."""
+
+
+def held_back(line: str, in_report: bool) -> tuple[bool, bool]:
+    """(hold this line?, inside torchrun's failure report from now on?).
+
+    Held: torchrun's own logging and its failure report (an unprefixed traceback; workers' lines carry
+    [rankN]:), and the executor's `error:` line, which the CLI repeats itself.
+    """
+    if in_report or line.startswith("Traceback (most recent call last)"):
+        return True, True
+    return bool(_AGENT_LOG.match(line)) or line.startswith("error: "), False
+
+
+def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, list[str]]:
+    """Run torchrun, streaming its output to our stderr and to `log_path`; (exit status, held lines)."""
+    held: list[str] = []
+    state = {"in_report": False, "quiet": False}
+    lock = threading.Lock()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+    def pump(stream, log) -> None:  # noqa: ANN001
+        for line in stream:
+            with lock:
+                try:
+                    log.write(line)
+                except ValueError:  # the log was closed after a join timed out: nothing left to do
+                    return
+                hold, state["in_report"] = held_back(line, state["in_report"])
+                if state["quiet"]:
+                    continue
+                if hold:
+                    held.append(line)
+                    continue
+                try:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError):  # our stderr is gone: keep logging, stop relaying
+                    state["quiet"] = True
+
+    with open(log_path, "a", encoding="utf-8") as log:
+        threads = [threading.Thread(target=pump, args=(s, log), daemon=True) for s in (proc.stdout, proc.stderr)]
+        for t in threads:
+            t.start()
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            with lock:
+                state["quiet"] = True  # the workers' interrupted tracebacks go to the log only
+            _stop(proc)
+            _join(threads)
+            raise
+        _join(threads)
+    return rc, held
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """After Ctrl-C: torchrun (in our process group) usually got the SIGINT too; make sure, then wait for it
+    to stop its workers, escalating if it does not; a second Ctrl-C kills it at once."""
+    for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            proc.send_signal(sig)
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+            return
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.join(timeout=10)
