@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from executor.options import RunOptions
 from executor.step import train_step
 from executor.train import build_run, check_plan
 from executor.world import check_world, init_process_group
 from planner.plan import Plan
+from planner.plan.run_options import RunOptions
 
 
 def main() -> int:

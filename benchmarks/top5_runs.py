@@ -38,7 +38,7 @@ from equivalence_worker import SEQ_LEN, reference  # noqa: E402
 LOSS_RTOL = 1e-5
 """fp32 on CPU: step 1 differs only by summation order (~1e-7); step 2 also by AdamW's eps=1e-8 amplifying
 that noise on near-zero gradient elements (equivalence_worker.OPTIM), still far below 1e-5 of the loss."""
-RUN_OPTIMIZER = OptimizerConfig(lr=3e-4)  # meshplan run's defaults (executor.options: --lr 3e-4, --seed 0)
+RUN_OPTIMIZER = OptimizerConfig(lr=3e-4)  # meshplan run's defaults (planner.plan.run_options: --lr 3e-4, --seed 0)
 
 
 def run_plan(plan_json: str, folder: Path, steps: int) -> tuple[list[float], str]:

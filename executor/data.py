@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from executor.cp import cp_shard
-from executor.preflight import check_token_file
 from planner.errors import UserError
+from planner.plan.preflight import check_token_file
 
 
 class SyntheticTokens:

@@ -28,10 +28,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from executor import checkpoint, faults
 from executor.metrics import MetricsLog
-from executor.options import RunOptions
 from executor.step import train_step
 from executor.timeouts import phase
 from planner.plan import peak_flops_of_ranks
+from planner.plan.run_options import RunOptions
 
 if TYPE_CHECKING:  # executor.train starts this loop; its `Run` is only a type here
     from executor.train import Run

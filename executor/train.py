@@ -33,16 +33,17 @@ import torch.distributed as dist
 from executor import faults
 from executor.data import MemmapTokens, SyntheticTokens, local_batch
 from executor.mesh import Meshes, build_meshes
-from executor.model_args import ModelArgs, check_model, from_spec, smoke_seq_len, smoke_spec
-from executor.options import RunOptions, parse_args
+from executor.model_args import ModelArgs, check_model, from_spec
 from executor.parallelize import ParallelModel, apply_plan
-from executor.preflight import token_dtype
 from executor.step import OptimizerConfig, build_optimizers
 from executor.timeouts import DEFAULT_TIMEOUT_S, CollectiveFailure, phase, set_group_timeouts
 from executor.world import World, check_world, init_process_group
 from planner.errors import UserError
 from planner.layout import rules
+from planner.model.smoke import smoke_seq_len, smoke_spec
 from planner.plan import Plan
+from planner.plan.preflight import token_dtype
+from planner.plan.run_options import RunOptions, parse_args
 
 
 @dataclass(kw_only=True)

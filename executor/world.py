@@ -4,7 +4,7 @@ A mismatch (rank count, device kind, device memory, backend) is a `UserError` wi
 plan field, what was found and the fix. Every rank runs the same check on the same inputs and reaches the
 same verdict, so all stop together without talking to each other.
 
-The plan's cluster is read by `executor.preflight.hardware_of`, which `meshplan run` also uses before it
+The plan's cluster is read by `planner.plan.preflight.hardware_of`, which `meshplan run` also uses before it
 launches anything (that module imports no torch).
 """
 
@@ -18,9 +18,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from executor.preflight import Hardware, hardware_of
 from planner.errors import UserError
 from planner.plan import Plan
+from planner.plan.preflight import Hardware, hardware_of
 
 GIB = 2**30
 

@@ -180,7 +180,7 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
         what = ", ".join(f"{k}={v}" for k, v in pins.items() if v is not None and k != "framework") or "no pins"
         head = (f"no valid layout for {ctx.model.name} on {ctx.cluster.num_gpus} GPUs with global batch "
                 f"{ctx.workload.batch} ({what}) that {framework(ctx.framework).label()} can build")
-        reason = result.rejected.reason()
+        reason = result.rejected.reason(choices.pinned_columns(pins))
         if reason is not None:
             return f"{head}: {reason}"
         return (f"{head}; fix: relax the pins, change --global-batch to a multiple of the DP degrees, or plan for "

@@ -3,10 +3,10 @@
 Each failure is one line and exit 2, with nothing started:
 - `--rdzv-endpoint HOST:PORT`: a port in 1..65535 and a host name that resolves;
 - the executor's own options (`--checkpoint-every` without a folder, `--collective-timeout` out of range,
-  `--steps`): parsed here by the parser every worker uses (executor.options), so the user gets the
+  `--steps`): parsed here by the parser every worker uses (planner.plan.run_options), so the user gets the
   executor's one line once, instead of one per rank followed by torchrun's traceback;
-- `--data`: the token file the workers will memory-map (executor.preflight.check_token_file);
-- the machine: devices, ranks per host and memory (executor.preflight.check_machine).
+- `--data`: the token file the workers will memory-map (planner.plan.preflight.check_token_file);
+- the machine: devices, ranks per host and memory (planner.plan.preflight.check_machine).
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ def resolvable(host: str) -> bool:
 
 def check_executor_options(worker_args: list[str]) -> None:
     """The workers' arguments, parsed by the workers' own parser (raises its one-line UserError)."""
-    from executor.options import parse_args
+    from planner.plan.run_options import parse_args
 
     parse_args(worker_args)
 
 
 def check_data(data: Path, *, plan: Any, data_dtype: str | None, smoke: bool) -> None:
     """The --data token file, with the sequence length and dtype the workers will use."""
-    from executor.model_args import smoke_seq_len
-    from executor.preflight import check_token_file, token_dtype
+    from planner.model.smoke import smoke_seq_len
+    from planner.plan.preflight import check_token_file, token_dtype
 
     seq_len = smoke_seq_len(plan.layout.cp) if smoke else plan.inputs.workload.seq_len
     check_token_file(data, dtype=token_dtype(plan.inputs.model.vocab_size, data_dtype), seq_len=seq_len)

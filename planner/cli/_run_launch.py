@@ -2,7 +2,7 @@
 
 `torchrun_cmd` builds the line: `python -m torch.distributed.run ... -m executor PLAN.json ...` with c10d
 rendezvous at the endpoint (127.0.0.1 and a helper-hosted store on one host). `worker_args` is its part
-after `-m executor`: the exact arguments every worker parses (executor.options), which `meshplan run`
+after `-m executor`: the exact arguments every worker parses (planner.plan.run_options), which `meshplan run`
 parses too before launching, so a bad combination is one line here instead of one per rank.
 
 `launch` runs it, streaming progress to stderr and everything to the run's launcher.log; torchrun's own

@@ -11,7 +11,7 @@ MASTER_ADDR=127.0.0.1, OMP_NUM_THREADS=1 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=
 stale store addresses without it: PyTorch issue 135712). Progress streams to stderr; the final table
 (median step time, tokens/s, MFU, deviation; measured vs predicted) goes to stdout, or one JSON document to
 --json (planner/cli/_run_summary.py). Before anything starts, the endpoint, the executor's options, the token
-file and the machine's devices and memory are checked (planner/cli/_run_checks.py, executor/preflight.py);
+file and the machine's devices and memory are checked (planner/cli/_run_checks.py, planner/plan/preflight.py);
 a plan/world mismatch the executor still finds is reported as its one-line error (exit 2).
 
 Faults during a run:
@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from executor.options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
 from planner.cli._run_launch import LOOPBACK, worker_args
 from planner.cli._run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
 from planner.cli._run_launch import launch as _launch
 from planner.cli._run_launch import torchrun_cmd as _torchrun_cmd
 from planner.cli.app import abort, app, err, write_json_output
 from planner.errors import UserError
+from planner.plan.run_options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from planner.cli._run_summary import RunSummary  # a pydantic model: imported when a run is summarised
@@ -210,7 +210,7 @@ def run_command(
                             fix="pass a --checkpoint-dir folder or one of its step-* folders")
         if data is not None:
             run_checks.check_data(data, plan=plan, data_dtype=args["data_dtype"], smoke=smoke)
-        from executor.preflight import check_machine, cpu_oversubscribed
+        from planner.plan.preflight import check_machine, cpu_oversubscribed
 
         check_machine(plan, local_ranks=local, nnodes=nnodes, smoke=smoke, where=str(plan_file or "the default plan"))
         slow = cpu_oversubscribed(plan, local_ranks=local, smoke=smoke)

@@ -30,7 +30,7 @@ from planner.layout.framework_rules import FRAMEWORK_RULES
 from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from planner.layout.rule import Columns, Facts, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES
-from planner.layout.table import layout_to_row
+from planner.layout.table import FIELD_OF_COLUMN, layout_to_row
 
 if TYPE_CHECKING:
     from planner.layout.layout import Layout
@@ -118,9 +118,12 @@ GENERIC_RULES: tuple[Rule, ...] = (
          "choose an ep that divides the experts", "each expert-parallel rank holds the same number of experts"),
     Rule("batch_matches", ("dp", "mb", "m"), ("global_batch",),
          lambda c, f: c["dp"] * c["mb"] * c["m"] == f.global_batch,
-         lambda r, f: f"dp*micro_batch*num_microbatches={r['dp']}*{r['mb']}*{r['m']}={r['dp'] * r['mb'] * r['m']} "
-         f"!= global batch {f.global_batch}", "choose dp, micro_batch and num_microbatches that multiply to the global "
-         "batch (or change --global-batch)", "every sequence of the step is trained exactly once"),
+         lambda r, f: (f"dp*micro_batch={r['dp']}*{r['mb']}={r['dp'] * r['mb']} does not divide the global batch "
+                       f"{f.global_batch}" if r["m"] == 0 else
+                       f"dp*micro_batch*num_microbatches={r['dp']}*{r['mb']}*{r['m']}={r['dp'] * r['mb'] * r['m']} "
+                       f"!= global batch {f.global_batch}"),
+         "choose dp, micro_batch and num_microbatches whose product is the global batch",
+         "every sequence of the step is trained exactly once"),
     Rule("seq_len_fits_model", (), ("seq_len", "max_seq_len"), lambda c, f: f.seq_len <= f.max_seq_len,
          lambda r, f: f"seq_len={f.seq_len} exceeds the model's max_seq_len={f.max_seq_len}",
          "use --seq-len <= {max_seq_len}", "the model has no positions beyond its context"),
@@ -172,14 +175,23 @@ class Tally:
         if found and not survivors:
             self.emptied.append((stage, found))
 
-    def reason(self) -> str | None:
-        """Why nothing was left, from the first stage the rules emptied: 'no tp is left: tp=3: num_heads=32
-        is not divisible by tp [tp_divides_heads; fix: ...]'; None when no stage was emptied by a rule."""
+    def reason(self, pinned: Iterable[str] = ()) -> str | None:
+        """Why nothing was left, from the first stage the rules emptied: 'the pinned tp breaks a rule: tp=3:
+        num_heads=32 is not divisible by tp [tp_divides_heads, ...; fix: ...]'; None when no stage was emptied.
+
+        `pinned`: the table columns the user pinned. Where rules reading a pinned column emptied the stage,
+        only those are named: the pin is the cause, not the unpinned candidates the search also tried."""
         if not self.emptied:
             return None
         stage, found = self.emptied[0]
-        items = sorted(found.items(), key=lambda kv: -kv[1].count)
+        pinned = set(pinned)
+        on_pins = {name: x for name, x in found.items() if pinned & set(rule(name).columns)}
+        items = sorted((on_pins or found).items(), key=lambda kv: -kv[1].count)
         what = "; ".join(f"{x.example} [{name}, {_plural(x.count)}; fix: {x.fix}]" for name, x in items)
+        if on_pins:
+            knobs = sorted({c for name in on_pins for c in rule(name).columns if c in pinned})
+            names = ", ".join(FIELD_OF_COLUMN.get(c, c) for c in knobs)
+            return f"the pinned {names} break{'s' if len(knobs) == 1 else ''} a rule: {what}"
         return f"every {stage} candidate breaks a rule: {what}"
 
 

@@ -44,11 +44,11 @@ from executor.init import canonical_name, materialize  # noqa: E402
 from executor.model import Transformer, loss_fn  # noqa: E402
 from executor.model_args import from_spec  # noqa: E402
 from executor.moe import MoE  # noqa: E402
-from executor.options import RunOptions  # noqa: E402
 from executor.step import OptimizerConfig, forward_backward, global_loss, optimizer_step  # noqa: E402
 from executor.train import build_run  # noqa: E402
 from executor.world import World, hardware_of  # noqa: E402
 from planner.layout import Layout  # noqa: E402
+from planner.plan.run_options import RunOptions  # noqa: E402
 
 SEED = 1234
 SEQ_LEN = 64

@@ -157,7 +157,7 @@ CASES = [
     Case("more hosts than a one-host profile", ["plan", "--model", "tiny", "--cluster", "local-cpu", "--nodes", "2", *SMALL],
          {}, ("local-cpu", "nodes=2", "single-host")),
     Case("pinned tp no layout can use", ["plan", "--model", "tiny", "--cluster", "local-cpu", "--gpus", "3", "--tp", "3",
-                                         *SMALL], {}, ("no valid layout", "tiny", "3 GPUs", "--tp 3", "8 heads",
+                                         *SMALL], {}, ("no valid layout", "tiny", "3 GPUs", "tp=3", "num_heads=8",
                                                        "fix:")),
     Case("tp that does not divide the GPUs", ["evaluate", "--model", "tiny", "--cluster", "local-cpu", "--gpus", "4",
                                               "--tp", "3", *SMALL], {}, ("tp*pp*cp=3", "4 GPUs", "--dp")),

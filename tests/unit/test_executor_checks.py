@@ -11,12 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "distributed"))
 
 from dist_plans import make_plan  # noqa: E402
 
-from executor.options import parse_args  # noqa: E402
 from executor.train import check_plan  # noqa: E402
 from executor.world import check_world, hardware_of  # noqa: E402
 from planner.errors import UserError  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.plan import Plan  # noqa: E402
+from planner.plan.run_options import parse_args  # noqa: E402
 
 
 def _env(monkeypatch, world: int, rank: int = 0) -> None:

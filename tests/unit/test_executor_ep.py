@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from executor.ep import expert_major_order
-from executor.model_args import smoke_spec
 from executor.routing import within_capacity
 from planner.layout import DEFAULT_MESH_AXES, Layout
 from planner.layout.expert_groups import DATA_AXES, ep_problem, expert_shard_size, layout_ep_parts
 from planner.model import preset
+from planner.model.smoke import smoke_spec
 
 
 def _groups_by_enumeration(layout: Layout) -> list[set[int]] | None:

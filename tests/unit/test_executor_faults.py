@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from executor import faults
-from executor.options import parse_args
 from planner.errors import UserError
+from planner.plan.run_options import parse_args
 
 
 class Exited(Exception):

@@ -11,11 +11,12 @@ import torch
 from executor.init import materialize
 from executor.layers import apply_rope, rope_tables
 from executor.model import CoreAttention, Transformer
-from executor.model_args import check_model, from_spec, smoke_seq_len, smoke_spec
+from executor.model_args import check_model, from_spec
 from executor.moe import MoE
 from planner.errors import UserError
 from planner.layout import Layout, Workload, rules
 from planner.model import ModelSpec, preset
+from planner.model.smoke import smoke_seq_len, smoke_spec
 
 GPT = {
     "name": "tiny-gpt", "num_layers": 4, "hidden_size": 64, "num_heads": 8, "num_kv_heads": 8,

@@ -438,7 +438,7 @@ def test_run_flags(workdir: Path, fake_launch: list, argv: list) -> None:
     before = len(fake_launch)
     code, err = run_cli(workdir, argv)
     if len(fake_launch) > before:
-        from executor.options import parse_args
+        from planner.plan.run_options import parse_args
 
         cmd = fake_launch[-1]
         parse_args(cmd[cmd.index("executor") + 1:])  # the workers would accept it

@@ -5,7 +5,7 @@ torch, so the CLI can use it: planner code never imports torch).
   as many on this host as it starts ranks, each with the memory the plan predicts; CPU ranks (gloo, or
   --smoke) need host memory. A 64-H100 plan on a laptop is refused in well under a second, naming what is
   missing and suggesting `meshplan replan PLAN --gpus N` for the GPUs that exist, instead of starting 64
-  workers that each discover it after loading torch (158 s and 14 GB here).
+  workers that each discover it after loading torch (158 s and 14 GB on a 2-core machine).
 - The token file (`--data`): a regular file, a whole number of tokens of its dtype, at least one sequence;
   the workers open it with the same rules (executor.data.MemmapTokens).
 - `hardware_of`: what the plan's cluster says a host runs on (executor.world checks the same in each rank).

@@ -1,4 +1,9 @@
-"""Command-line options of `python -m executor` (argparse: the executor runs under torchrun, not typer)."""
+"""Command-line options of `python -m executor`, the workers `meshplan run` launches for a plan (argparse: the
+executor runs under torchrun, not typer).
+
+They live with the plan, torch-free, because both sides read them: the workers parse their arguments here, and
+`meshplan run` parses the arguments it is about to hand them with the same parser before it launches anything,
+so a bad combination is one line from the CLI instead of a torchrun traceback per rank."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ class RunOptions:
     steps: int = 10
     """Train until this step number (a resumed run continues to it)."""
     smoke: bool = False
-    """Scale the model down (same layout) so any plan runs on a laptop (executor.model_args.smoke_spec)."""
+    """Scale the model down (same layout) so any plan runs on a laptop (planner.model.smoke.smoke_spec)."""
     run_dir: Path = Path("runs/run")
     metrics: Path | None = None
     """JSON-lines metrics file; default RUN_DIR/metrics.jsonl."""
