@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "distributed"))
 
 from dist_plans import make_plan  # noqa: E402
 
-from planner.plan import preflight  # noqa: E402
 from planner.cli import _run_checks as run_checks  # noqa: E402
 from planner.cli import run as run_cli  # noqa: E402
 from planner.layout import Layout  # noqa: E402
+from planner.plan import preflight  # noqa: E402
 
 GiB = 2**30
 
