@@ -1,206 +1,44 @@
-"""`Plan`: the versioned, JSON-serialisable result of planning (the contract between planner and executor).
+"""The plan and what running it takes: the contract between the planner and the executor.
 
-A plan embeds its inputs (model spec, cluster, workload) with fingerprints, the chosen `Layout`, the rank
-placement, and the cost model's prediction (step time, throughput, MFU, memory per pipeline stage, and the
-time breakdown). `Plan.model_validate_json(plan.model_dump_json()) == plan` exactly; no pickle anywhere.
-`meshplan schema` prints `Plan.model_json_schema()`.
+- `planner.plan.schema`: `Plan`, the versioned, JSON-serialisable result of planning (inputs with
+  fingerprints, the chosen `Layout`, the rank placement, the prediction); `meshplan schema` prints its JSON
+  Schema.
+- `planner.plan.run_options`: the options of the workers `meshplan run` launches (`python -m executor`).
+- `planner.plan.preflight`: the checks made before a launch, shared with the workers.
+
+All of it is torch-free, so the planner and the executor both read it. The plan's names are re-exported here
+(`from planner.plan import Plan`) and loaded on first use: `meshplan --help` reads the run options' bounds
+without building the plan's pydantic models.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from hardware_profiles.reader import MAX_PLAN_BYTES, InputFileError, read_json
-from planner.errors import UserError, format_validation_error
-from planner.layout import Layout, Workload
-from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
-from planner.model import ModelSpec
-
-SCHEMA_VERSION = 1
-"""Bump on any incompatible change to the Plan JSON; readers refuse newer versions with a clear message."""
-
-
-def fingerprint(data: Any) -> str:
-    """sha256 of canonical JSON (sorted keys, no spaces): equal inputs give equal fingerprints."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def peak_flops_of_ranks(cluster: dict[str, Any], placement: tuple[RankPlacement, ...], dtype: str) -> float:
-    """Sum of the peak FLOP/s (`dtype`) of the GPU each rank runs on: the denominator of MFU.
-
-    On a mixed cluster (say A100 and H100 hosts) each rank counts its own GPU's peak, so MFU is achieved FLOP/s
-    over what these GPUs could do together; dividing by W x one GPU's peak would overstate it (the step runs
-    at the slow GPUs' pace while the fast ones idle). `cluster` is the plan's embedded cluster (JSON form).
-    """
-    gpus = cluster.get("gpus") or {}
-    per_host: list[str] = []
-    for group in cluster.get("host_groups") or []:
-        per_host += [group["node"]["gpu"]] * int(group["hosts"])
-    return float(sum(gpus[per_host[p.host]]["peak_flops"][dtype] for p in placement))
-
-
-class _Frozen(BaseModel):
-    # allow_inf_nan=False: NaN and +-Infinity pass every ge/le bound (comparisons with NaN are false), so a
-    # plan holding them would be "valid"; the reader refuses them in JSON text too (hardware_profiles.reader).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class PlanInputs(_Frozen):
-    """Everything the plan was computed from, embedded so the plan is self-contained."""
-
-    model: ModelSpec
-    cluster: dict[str, Any] = Field(description="The resolved cluster (hardware_profiles.Cluster as JSON).")
-    workload: Workload
-    model_fingerprint: str = ""
-    cluster_fingerprint: str = ""
-
-    @model_validator(mode="after")
-    def _fill_fingerprints(self) -> PlanInputs:
-        if not self.model_fingerprint:
-            object.__setattr__(self, "model_fingerprint", fingerprint(self.model.model_dump(mode="json")))
-        if not self.cluster_fingerprint:
-            object.__setattr__(self, "cluster_fingerprint", fingerprint(self.cluster))
-        return self
-
-
-class RankPlacement(_Frozen):
-    """Where one rank runs: host index in the cluster and GPU index on that host."""
-
-    rank: int = Field(ge=0)
-    host: int = Field(ge=0)
-    gpu: int = Field(ge=0)
-
-
-class StageMemory(_Frozen):
-    """Peak memory of one pipeline rank (all its chunks), bytes per GPU."""
-
-    stage: int = Field(ge=0, description="Pipeline rank.")
-    weights_bytes: float = Field(ge=0, description="Model weights (bytes).")
-    gradients_bytes: float = Field(ge=0, description="Gradients (bytes).")
-    optimizer_bytes: float = Field(ge=0, description="Optimizer state (bytes).")
-    activations_bytes: float = Field(ge=0, description="Activations kept for backward (bytes).")
-    logits_bytes: float = Field(0.0, ge=0, description="Logits and loss buffers (bytes).")
-    buffers_bytes: float = Field(0.0, ge=0, description="Communication buffers and gathered FSDP shards (bytes).")
-    reserve_bytes: float = Field(0.0, ge=0, description="Allocator fragmentation and runtime (CUDA context) reserve (bytes).")
-    total_bytes: float = Field(ge=0, description="Sum of the above (bytes).")
-    capacity_bytes: float = Field(gt=0, description="Memory of the GPU this stage runs on (bytes).")
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
-
-
-class Breakdown(_Frozen):
-    """Critical-path seconds per step, by cause. Communication terms are the EXPOSED (non-overlapped) part."""
-
-    compute_s: float = Field(ge=0, description="Forward + backward (+ recompute) of the busiest pipeline rank (s).")
-    tp_comm_s: float = Field(0.0, ge=0, description="Exposed tensor-parallel communication (s).")
-    cp_comm_s: float = Field(0.0, ge=0, description="Exposed context-parallel communication (s).")
-    ep_comm_s: float = Field(0.0, ge=0, description="Exposed expert-parallel communication (s).")
-    pp_comm_s: float = Field(0.0, ge=0, description="Exposed pipeline point-to-point communication (s).")
-    dp_comm_s: float = Field(0.0, ge=0, description="Exposed data-parallel / FSDP communication (s).")
-    bubble_s: float = Field(0.0, ge=0, description="Pipeline bubble (s).")
-    optimizer_s: float = Field(0.0, ge=0, description="Optimizer step (s).")
-
-    @property
-    def total_s(self) -> float:
-        return (
-            self.compute_s
-            + self.tp_comm_s
-            + self.cp_comm_s
-            + self.ep_comm_s
-            + self.pp_comm_s
-            + self.dp_comm_s
-            + self.bubble_s
-            + self.optimizer_s
-        )
-
-
-class Prediction(_Frozen):
-    """What the cost model predicts for one step of the layout."""
-
-    step_time_s: float = Field(gt=0, description="Predicted time of one optimizer step (s).")
-    tokens_per_s: float = Field(gt=0, description="Predicted training throughput (tokens/s).")
-    mfu: float = Field(ge=0, le=1, description=(
-        "Model FLOPs utilisation, a fraction (human output shows it as a percentage): achieved model FLOP/s over "
-        "the sum of the peak FLOP/s of every rank's GPU, each from the placement (recompute not counted)."))
-    model_tflops_per_gpu: float = Field(ge=0, description="Achieved model TFLOP/s per GPU, averaged over ranks.")
-    hardware_tflops_per_gpu: float = Field(ge=0, description="Achieved TFLOP/s per GPU counting recomputation.")
-    peak_memory_bytes: float = Field(ge=0, description="Max over pipeline ranks (bytes).")
-    memory_per_stage: tuple[StageMemory, ...]
-    breakdown: Breakdown
-    bubble_fraction: float = Field(0.0, ge=0, le=1, description="Pipeline bubble time / step time (fraction).")
-    idle_gpus: int = Field(0, ge=0, description="GPUs of the cluster the layout leaves unused.")
-
-
-class Plan(_Frozen):
-    """A parallel training plan: inputs, layout, placement and prediction. Round-trips through JSON exactly."""
-
-    schema_version: int = Field(SCHEMA_VERSION, description="Plan JSON schema version.")
-    inputs: PlanInputs
-    layout: Layout
-    placement: tuple[RankPlacement, ...] = Field(description="Rank -> (host, GPU), one entry per rank.")
-    prediction: Prediction
-    proven_optimal: bool = Field(False, description="True when the search proved no better layout exists under the cost model.")
-    notes: tuple[str, ...] = ()
-    framework: Literal[(*FRAMEWORK_NAMES, ANY_FRAMEWORK)] = Field(  # type: ignore[valid-type]
-        DEFAULT_FRAMEWORK,
-        description="Training framework the plan was made for (planner.frameworks): the search kept only layouts "
-        "it can build and costed its runtime. meshplan = meshplan's own executor (`meshplan run`); any = no "
-        "framework's rules (what-if studies of other software).",
+if TYPE_CHECKING:
+    from planner.plan.schema import (
+        SCHEMA_VERSION,
+        Breakdown,
+        Plan,
+        PlanInputs,
+        Prediction,
+        RankPlacement,
+        StageMemory,
+        peak_flops_of_ranks,
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> Plan:
-        if self.schema_version > SCHEMA_VERSION:
-            raise ValueError(
-                f"schema_version={self.schema_version} is newer than this meshplan understands ({SCHEMA_VERSION}); "
-                "upgrade meshplan"
-            )
-        if len(self.placement) != self.layout.world_size:
-            raise ValueError(
-                f"placement has {len(self.placement)} ranks but the layout's world size is {self.layout.world_size}"
-            )
-        return self
+__all__ = ["SCHEMA_VERSION", "Breakdown", "Plan", "PlanInputs", "Prediction", "RankPlacement", "StageMemory",
+           "peak_flops_of_ranks"]
 
-    @property
-    def world_size(self) -> int:
-        return self.layout.world_size
 
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=1)
+def __getattr__(name: str) -> Any:
+    """The plan schema's names, imported when first asked for (PEP 562)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    import importlib
 
-    @classmethod
-    def load(cls, path: str | Path) -> Plan:
-        """Read a plan file; any problem is a one-line `UserError` naming the file and field (the parts must
-        also agree with each other: `planner.plan_checks`)."""
-        path = Path(path)
-        try:
-            data = read_json(path, max_bytes=MAX_PLAN_BYTES, what="plan")
-        except InputFileError as exc:
-            truncated = "; truncated?" if exc.problem.startswith("invalid JSON") else ""
-            raise UserError(exc.problem + truncated, where=exc.where,
-                            fix="pass a plan written by `meshplan plan --json FILE` (or regenerate it)") from None
-        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] > SCHEMA_VERSION:
-            raise UserError(
-                f"schema_version {data['schema_version']} is newer than this meshplan ({SCHEMA_VERSION})",
-                where=str(path),
-                fix="upgrade meshplan",
-            )
-        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] < 1:
-            raise UserError(f"schema_version {data['schema_version']} is not a meshplan plan version (1 and up)",
-                            where=str(path), fix="regenerate it with `meshplan plan --json FILE`")
-        try:
-            plan = cls.model_validate(data)
-        except ValidationError as exc:
-            raise UserError(format_validation_error(exc, str(path), cls)) from None
-        from planner.plan_checks import check_plan_file
-
-        check_plan_file(plan, str(path))
-        return plan
+    schema = importlib.import_module("planner.plan.schema")  # not `from planner.plan import`: that asks us again
+    try:
+        return getattr(schema, name)
+    except AttributeError:
+        raise AttributeError(f"module 'planner.plan' has no attribute {name!r}") from None

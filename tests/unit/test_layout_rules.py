@@ -71,7 +71,7 @@ def test_search_says_which_rule_removed_every_candidate() -> None:
     with pytest.raises(InfeasibleError) as exc:
         search(preset("llama3-8b"), cluster, Workload(global_batch=8, seq_len=4096), tp=3)
     text = str(exc.value)
-    assert "every tp candidate breaks a rule" in text and "tp=3: num_heads=32 is not divisible by tp" in text
+    assert "the pinned tp breaks a rule" in text and "tp=3: num_heads=32 is not divisible by tp" in text
     assert "[tp_divides_heads" in text and "--global-batch" not in text
 
 
