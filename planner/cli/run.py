@@ -156,7 +156,7 @@ def run_command(
             run_checks.check_endpoint(rdzv_endpoint)
         check_targets(json_out, force=force)
         if global_batch is not None and plan_file is not None:
-            raise UserError(f"applies when no plan is given; {plan_file} fixes its own batch", where="--global-batch",
+            raise UserError(f"--global-batch applies when no plan is given; {plan_file} fixes its own batch",
                             fix="drop --global-batch, or re-plan with meshplan plan --global-batch")
         if metrics is not None:  # the run writes it from scratch, or appends to it when resuming
             check_targets(metrics, force=force or resume is not None)

@@ -70,9 +70,9 @@ def test_reader_bounds_size_depth_and_values(tmp_path: Path) -> None:
 
 def test_an_oversized_plan_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader, "MAX_PLAN_BYTES", 100)
-    import planner.plan
+    import planner.plan.schema
 
-    monkeypatch.setattr(planner.plan, "MAX_PLAN_BYTES", 100)
+    monkeypatch.setattr(planner.plan.schema, "MAX_PLAN_BYTES", 100)
     plan = write(tmp_path / "p.json", tiny_plan_data())
     line = check_refusal(*invoke(["explain", str(plan)])[::2])
     assert "bytes is larger than a plan can be (100 bytes)" in line, line
