@@ -11,7 +11,8 @@ rank times t_r, every schedule of the registry (planner.layout.schedules) takes 
 and 1F1B add sum_r t_r - max_r t_r, interleaved (sum - max) / v, ZB-H1 sum_r f_r - max_r f_r, all >= 0), and
 with m < pp only the schedules that need no micro-batch per rank are valid (GPipe, sum_r t_r + (m - 1) max_r t_r). A rank's time is at least its
 layers' forward + backward compute (no recomputation, the faster of SP on or off) plus the TP all-reduces
-that nothing hides (two forward volumes per layer and micro-batch, comm.tp_layer_fwd_s), plus the embedding
+that nothing hides (two forward volumes per layer and micro-batch, comm.tp_layer_fwd_s; with TP overlap the
+part comm.tp_exposed_s leaves with SP, the least any layout can expose), plus the embedding
 on rank 0 and the head on the last. max_r t_r is at least the exact min-max split of those lower per-layer
 times (`partition.balanced_split`; the min-max makespan only grows with the layer and end times). Left out
 (each >= 0): CP and EP exposure, recomputation, PP transfers, DP/FSDP exposure, the optimizer step.
@@ -90,12 +91,17 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
     tokens = (mb * ctx.workload.seq_len / cp).astype(float)
     counts = ctx.layer_type_counts().astype(float)
     u = np.zeros(len(tp))
+    tp_f = np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
+    on = np.ones(len(tp), dtype=bool)
     for wk, lt in zip(counts / counts.sum(), ctx.layer_types):
         both = [compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, np.full(len(tp), sp)) for sp in (True, False)]
         u += wk * np.minimum(*(t.fwd_s + t.bwd_s for t in both))
-    u += 2 * np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
-    e0 = compute.embedding_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
-    el = compute.head_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
+        # TP traffic of the forward and backward passes, as exposed as the workload's TP overlap leaves it with
+        # sequence parallelism (never more exposed than without it).
+        gemm = both[0].wgrad_s
+        u += wk * (comm.tp_exposed_s(ctx, tp_f, gemm, on, tp) + comm.tp_exposed_s(ctx, tp_f, 2 * gemm, on, tp))
+    e0 = compute.embedding_time_s(ctx, tokens, tp)
+    el = compute.head_time_s(ctx, tokens, tp)
     return u, e0, el
 
 

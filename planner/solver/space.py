@@ -9,8 +9,9 @@ virtual stages up to 8; dp among the divisors of the global batch (every sequenc
 Dominated options are left out unless pinned, because they can never be strictly better under the cost model:
 sequence parallelism off when tp > 1 (SP moves the same bytes with less element-wise work and less memory,
 Korthikanti et al. 2022), a schedule the registry marks dominated (GPipe where 1F1B is valid: same time,
-more activation memory), ZeRO-2/3 with pp > 1 where ZeRO-1 is valid (ZeRO-1's memory, at least its
-communication; a framework without ZeRO-1, TorchTitan, has them searched) and selective recomputation with
+more activation memory), ZeRO-2/3 with pp > 1 where ZeRO-1 is valid with the same sharding group (ZeRO-1's
+memory, at least its communication; ZeRO-3's HSDP groups stay; a framework without ZeRO-1, TorchTitan, has
+them searched) and selective recomputation with
 FlashAttention (no score activations to drop). The framework the cost context plans for (`ctx.framework`)
 selects the rules (`rules.rules_for`): its feature sets are rules too, so its missing schedules, recompute
 policies, ZeRO stages and mesh orders never enter the tables.

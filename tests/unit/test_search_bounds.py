@@ -20,6 +20,7 @@ from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
 from planner.cost.evaluate import evaluate_table
 from planner.layout import Workload
+from planner.layout.names import RUNTIME_NAMES
 from planner.model import ModelSpec
 from planner.model.spec import MoESpec
 from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
@@ -58,7 +59,9 @@ def setups(draw):
     name = draw(st.sampled_from(["dgx-h100", "dgx-a100", "dgx-h100-oversub", "hetero-a100-h100", "local-cpu"]))
     gpus = draw(st.sampled_from([2, 4, 8] if name == "local-cpu" else [2, 4, 8, 16]))
     cluster = hardware_profiles.cluster(name) if name == "hetero-a100-h100" else hardware_profiles.cluster(name, gpus=gpus)
-    workload = Workload(global_batch=draw(st.sampled_from([1, 2, 4, 6, 8, 16])), seq_len=draw(st.sampled_from([512, 2048])))
+    runtime = draw(st.sampled_from(RUNTIME_NAMES))  # element-wise counts, TP overlap and DP semantics differ by runtime
+    workload = Workload(global_batch=draw(st.sampled_from([1, 2, 4, 6, 8, 16])), seq_len=draw(st.sampled_from([512, 2048])),
+                        runtime=runtime, tp_comm_overlap=runtime != "pytorch" and draw(st.booleans()))
     return model, cluster, workload, draw(st.booleans()), draw(st.sampled_from(PINS))
 
 
