@@ -4,13 +4,14 @@
 2. Bound each shape from below, vectorised over all shapes at once (`bounds.shape_bounds`): a FLOP bound on
    time and a fully sharded model-state bound on memory. Shapes whose memory bound exceeds the GPU cannot
    fit with any knobs and are dropped.
-3. Bound each remaining (shape, micro-batch size) pair by its pipeline makespan (`bounds.micro_batch_bounds`:
-   compute and unhidden TP traffic of the best layer split, the GPipe bubble when m < pp); a shape's bound is
-   the least of its pairs'.
+3. Bound each remaining (shape, micro-batch size) pair (`bounds.micro_batch_bounds`: compute and unhidden
+   TP/CP traffic of the best layer split, each schedule's bubble and stage-boundary transfers, the optimizer
+   step); a shape's bound is the least of its pairs'.
 4. Visit shapes in increasing bound; expand each batch of shapes to every knob combination of the pairs whose
-   bound is below the K-th best step time found so far, and evaluate them as one table
-   (`cost.evaluate.evaluate_table`) in two passes: first with the DP and PP collectives at a capacity-only
-   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
+   bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
+   (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`),
+   and evaluate the rest as one table (`cost.evaluate.evaluate_table`) in two passes: first with the DP and
+   PP collectives at a capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
    only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
    Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
@@ -34,7 +35,13 @@ from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult, evaluate_table
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
-from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
+from planner.solver.bounds import (
+    dp_bound_s,
+    micro_batch_bounds,
+    optimistic_bw,
+    shape_bounds,
+    state_memory_bound_bytes,
+)
 from planner.solver.space import (
     Pins,
     SearchLimits,
@@ -61,6 +68,7 @@ class SearchStats:
     micro_batches_bound_pruned: int = 0  # (shape, micro-batch) pairs of visited shapes skipped by their bound
     rows_evaluated: int = 0
     rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
+    rows_skipped_by_bound: int = 0  # rows priced out before evaluation (bounds.dp_bound_s)
     rows_feasible: int = 0
     proven_optimal: bool = False
 
@@ -114,8 +122,9 @@ def exact_search(
     if objective != "expected":  # bounds on the score: the least multiplier any layout of the shape gets
         time_lb = time_lb * (1.0 + least_high_for_shapes(ctx, *shapes))
     pair_shape, pair_mb = micro_batch_pairs(space, shapes)
-    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb)
+    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb, limits)
     pair_lb = np.where(np.isfinite(pair_lb), pair_lb, 0.0)
+    pair_step_lb = pair_lb  # on the step time itself (the score bound below may be scaled)
     if objective != "expected":
         pair_lb = pair_lb * (1.0 + least_high_for_shapes(ctx, *(a[pair_shape] for a in shapes)))
     pair_lb = np.maximum(pair_lb, time_lb[pair_shape])
@@ -150,7 +159,17 @@ def exact_search(
         pairs = np.repeat(first_pair[batch] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         stats.micro_batches_bound_pruned += int((pair_lb[pairs] >= kth).sum())
         pairs = pairs[pair_lb[pairs] < kth]
-        table = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs])
+        table, source = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs],
+                                     with_source=True)
+        if not keep_all and len(source) and np.isfinite(kth):
+            # Rows whose own bound (their pair's plus their DP/FSDP exposure's) cannot beat the K-th best, or whose
+            # model states alone do not fit (once a feasible row is known: else the least-memory row is reported).
+            row_lb = (pair_step_lb[pairs][source] + dp_bound_s(ctx, table)) * score_multiplier(
+                ctx, table, objective)
+            keep_rows = (row_lb < kth) & (state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes)
+            stats.rows_skipped_by_bound += int((~keep_rows).sum())
+            if not keep_rows.all():
+                table = _take(table, np.nonzero(keep_rows)[0])
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
         if n_rows == 0:

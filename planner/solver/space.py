@@ -160,8 +160,9 @@ def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray,
     return out, np.array([len(x) for x in lists], dtype=np.int64)
 
 
-def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -> dict[str, np.ndarray]:
-    """Every knob combination of (shape, micro_batch) rows, as a table, vectorised.
+def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *, with_source: bool = False):
+    """Every knob combination of (shape, micro_batch) rows, as a table, vectorised (with `with_source`: and the
+    input row each table row comes from).
 
     Row order: input row, then schedule, (ZeRO, shard), recompute, SP, mesh order (the last varies fastest).
     Options depending on a row's values are listed once per distinct value and gathered with numpy.
@@ -217,4 +218,6 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -
     table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
     # Every rule once more over the whole rows: those that read columns of several groups above.
     ok = rules.mask(table, facts, space.framework, tally=space.tally, stage="layout")
-    return table if ok.all() else {k: v[ok] for k, v in table.items()}
+    if not ok.all():
+        table, row = {k: v[ok] for k, v in table.items()}, row[ok]
+    return (table, row) if with_source else table
