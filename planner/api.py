@@ -128,8 +128,9 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     unknown = set(layout_pins) - set(PIN_FIELDS)
     if unknown:
         raise UserError(f"unknown option(s) {sorted(unknown)}", fix=f"pin one of {', '.join(PIN_FIELDS)}")
-    for name, value in layout_pins.items():
-        # Degrees and sizes beyond any cluster would overflow the vectorised int64 search columns.
+    for name, value in [*layout_pins.items(), *((k, v) for k, v in pins.items() if k in limit_names)]:
+        # Degrees and sizes (and the search's limits on them) beyond any cluster would overflow the vectorised
+        # int64 search columns.
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PIN_VALUE:
             raise UserError(f"{value} is larger than any layout can be", where="--" + name.replace("_", "-"),
                             fix=f"pin at most {MAX_PIN_VALUE:,} (the GPU count bounds every degree)")

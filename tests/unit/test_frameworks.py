@@ -189,3 +189,10 @@ def test_cli_tp_comm_overlap_needs_a_runtime_that_has_it() -> None:
     assert (work["runtime"], work["tp_comm_overlap"]) == ("pytorch-compile", True)
     off = CliRunner().invoke(app, [*base, "--framework", "megatron", "--no-tp-comm-overlap"], env=env)
     assert off.exit_code == 0 and json.loads(off.stdout)["inputs"]["workload"]["tp_comm_overlap"] is False
+
+
+def test_search_limits_beyond_any_cluster_are_a_user_error() -> None:
+    """--max-tp 99999999999999999999 once overflowed the candidate range (found by the CLI fuzz test)."""
+    result = CliRunner().invoke(app, ["plan", "--model", "tiny", "--max-tp", "99999999999999999999"],
+                                env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 2 and "--max-tp" in result.stderr and result.stderr.count("\n") == 1
