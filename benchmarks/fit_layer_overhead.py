@@ -58,7 +58,8 @@ def _extra_elementwise(ctx, extra_per_hidden: float, sp: bool) -> float:
 def layer_times_ms(sustained: float, extra_per_hidden: float = 0.0) -> dict[str, tuple[float, float]]:
     """(forward, backward) ms of every Table 4 configuration under the layer model."""
     cluster = hardware_profiles.cluster("dgx-a100", gpus=8)
-    ctx = make_context(GPT_22B, cluster, Workload(global_batch=4, seq_len=2048, flash_attention=False))
+    # Table 4 was measured on Megatron-LM (fused kernels): the megatron runtime's element-wise count.
+    ctx = make_context(GPT_22B, cluster, Workload(global_batch=4, seq_len=2048, flash_attention=False, runtime="megatron"))
     ctx.__dict__["sustained_fraction"] = sustained  # the cached property, set before any time is computed
     tokens, tp, one = np.array([8192]), np.array([8]), np.array([1])
     comm = float(tp_layer_fwd_s(
@@ -87,8 +88,9 @@ def _residuals(times: dict[str, tuple[float, float]]) -> np.ndarray:
 def shard_time_s(gpu_cluster: str, sustained: float) -> tuple[float, float]:
     """(forward, backward) seconds of one TP-8 rank of the 22B layer with FlashAttention and no collectives,
     the configuration benchmarks/measure_sustained_layer.py times."""
+    # measure_sustained_layer.py runs the shard in eager PyTorch: the pytorch runtime's op-by-op count.
     ctx = make_context(GPT_22B, hardware_profiles.cluster(gpu_cluster, gpus=8),
-                       Workload(global_batch=4, seq_len=2048, flash_attention=True), dropout=False)
+                       Workload(global_batch=4, seq_len=2048, flash_attention=True, runtime="pytorch"), dropout=False)
     ctx.__dict__["sustained_fraction"] = sustained
     one = np.array([1])
     t = compute.layer_time_s(ctx, ctx.layer_types[0], np.array([8192]), np.array([8]), one, one, np.array([False]))

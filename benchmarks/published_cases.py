@@ -135,6 +135,8 @@ class PublishedRun(BaseModel):
     recompute: RecomputeBlock
     precision: Literal["bf16", "fp16", "fp8"] | None = None
     runtime: str | None = Field(None, description="Training runtime as the source ran it (pytorch, pytorch-compile, ...).")
+    tp_comm_overlap: bool | None = Field(None, description="TP collectives pipelined with the GEMMs (PyTorch async TP, "
+                                         "Megatron --tp-comm-overlap); None: the framework's default.")
     throughput: dict[str, Any]
     derived: dict[str, Any] | None = None
     step_time: StepTime | None = None

@@ -3,12 +3,13 @@ prediction over unstated knobs, and a search row in a few words."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from planner.api import search_result
-from planner.layout import SCHEDULE_NAMES, Workload
+from planner.layout import COLUMNS, SCHEDULE_NAMES, Workload
 
 
 def _shape(row: dict[str, Any]) -> tuple[int, ...]:
@@ -45,14 +46,18 @@ def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
     return text + f" z{r['zero']}"
 
 
-def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any]) -> tuple[float, float, int]:
+def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any],
+                    recost: Callable[[dict[str, int]], float] | None = None) -> tuple[float, float, int]:
     """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
-    open, each setting at its best other knobs: how much the unstated knobs alone move the prediction."""
+    open, each setting at its best other knobs: how much the unstated knobs alone move the prediction. `recost`
+    re-prices each setting's best row (the published framework's layer split, published_partitions.py)."""
     _, res = search_result(model, cluster, workload, top=1, keep_all=True, framework="any", **pins)
     rows = res.all_feasible
     if not rows or len(rows["step_time_ms"]) == 0:
         return float("nan"), float("nan"), 0
-    best: dict[tuple[int, int], float] = {}
-    for mb, v, t in zip(rows["mb"].tolist(), rows["v"].tolist(), rows["step_time_ms"].tolist()):
-        best[(mb, v)] = min(best.get((mb, v), np.inf), t / 1e3)
-    return min(best.values()), max(best.values()), len(best)
+    best: dict[tuple[int, int], tuple[float, int]] = {}
+    for i, (mb, v, t) in enumerate(zip(rows["mb"].tolist(), rows["v"].tolist(), rows["step_time_ms"].tolist())):
+        if t / 1e3 < best.get((mb, v), (np.inf, -1))[0]:
+            best[(mb, v)] = (t / 1e3, i)
+    times = [recost({k: int(rows[k][i]) for k in COLUMNS}) if recost else t for t, i in best.values()]
+    return min(times), max(times), len(times)

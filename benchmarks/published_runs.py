@@ -1,13 +1,17 @@
 """Validate the cost model against published large-scale training runs.
 
     .venv/bin/python benchmarks/published_runs.py [--cases ID,ID,...] [--sources KEY,...] [--csv FILE] [--no-cv]
+                                                  [--write-validated]
 
 Reads benchmarks/data/published_runs.yaml (published_cases.py: every case with its source, exact quote, layout and
 the derivation of its step time). For each case: build the model, the cluster and the workload with the source
 framework's behaviour (FRAMEWORKS below); pin the published layout (TP, PP, DP, CP, EP) and everything else the
 source states (micro-batch, schedule, interleaving, ZeRO stage, recomputation, sequence parallelism) inside the
-framework's feature set; let the planner search the rest; predict the step time. The published step time follows
-from what the source states with the source's own FLOP accounting (published_step_times.py).
+framework's feature set; let the planner search the rest; predict the step time with the framework's own layer split
+over pipeline stages (published_partitions.py). The published step time follows from what the source states with the
+source's own FLOP accounting (published_step_times.py). --write-validated replaces the planner's validated runs
+(planner/validation/validated_runs.json: the exact cases' features and errors, from which error bands and
+extrapolations are computed; benchmarks/validated_runs.py).
 
 Per case it prints the published and predicted step time and the error; `spread`, the prediction's range over the
 settings the source leaves unstated (micro-batch, interleaving degree); the rank of the published layout (1 + the
@@ -26,6 +30,7 @@ import time
 from typing import Any, get_args
 
 import pandas as pd
+import validated_runs
 from published_cases import (
     DATA,
     PublishedRun,
@@ -36,12 +41,22 @@ from published_cases import (
     source_key,
 )
 from published_columns import layout_label, published_rank, unstated_spread
+from published_partitions import with_framework_partition
 from published_step_times import step_time_s, uncertainty_pct
 from pydantic import ValidationError
 
-from planner.api import evaluate, plans_from_result, row_to_layout, search_result
+from planner.api import (
+    best_rank_layers,
+    build_plan,
+    evaluate,
+    plans_from_result,
+    row_to_layout,
+    search_result,
+)
 from planner.layout import Workload
 
+# Stage-boundary sends: Megatron-LM's --overlap-p2p-communication was an opt-in store_true flag in 2023 (its
+# arguments.py then; the 2023 frameworks below block on P2P) and on by default in Megatron-Core 2024-2025.
 # What each source's software could do: the published layout is pinned inside it, and the planner's own search
 # (for the rank and the pick) runs over the same feature set, so a layout is never ranked against options its
 # framework lacked. Every entry is a historical release (none is a current framework profile of planner/frameworks,
@@ -54,7 +69,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # backward (not overlapped), unfused attention (no FlashAttention, 2022); no context or expert parallelism.
         "features": {"schedule": ("1f1b", "interleaved"), "recompute": ("none", "full"), "zero": 0,
                      "sequence_parallel": False, "cp": 1, "ep": 1},
-        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron"},
+        # fp16 with loss scaling (the 2021 example scripts pass --fp16: examples/pretrain_gpt3_175B.sh, quoted in the
+        # GPT-3 175B case), stage-boundary sends blocking (--overlap-p2p-communication came with Megatron-Core).
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "dtype": "fp16",
+                     "overlap_pp_comm": False},
     },
     "deepspeed-2021-zero3": {
         # Narayanan et al. 2021 Table 2 baseline: DeepSpeed ZeRO-3 "without any model parallelism".
@@ -67,31 +85,31 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # (distributed optimizer) and --tp-comm-overlap (which requires sequence parallelism); 1F1B and
         # interleaved schedules (no zero-bubble schedule in Megatron-Core r0.8); FlashAttention via Transformer Engine.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1)},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "tp_comm_overlap": True},
     },
     "megatron-lm-2022": {
         # Korthikanti et al. 2022 Sec. 6: Megatron-LM of May 2022: sequence parallelism and selective recompute, no
         # distributed optimizer, unfused attention (FlashAttention entered Megatron-LM in Dec 2022), DP all-reduce
         # not overlapped ("we do not use any overlapping of gradient all-reduces", Sec. 6.3); no CP, no EP.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": 0, "cp": 1, "ep": 1},
-        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron"},
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megatron-lm-2023-zb": {
         # Qi et al. 2024: sail-sg's Megatron-LM fork: 1F1B, interleaved and zero-bubble schedules (ZB-1p has ZB-H1's
         # bubble in every setting, Table 5); FlashAttention and the distributed optimizer as in its example script.
         "features": {"schedule": ("1f1b", "interleaved", "zb-h1"), "zero": (0, 1), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megatron-lm-2023": {
         # MegaScale's baseline, Megatron-LM 285068c8 (2023): SP, distributed optimizer, selective/full recompute, 1F1B
         # and interleaved; FlashAttention assumed (MegaScale credits itself only the move to FlashAttention-2).
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megascale-2023": {
         # Jiang et al. 2024: Megatron-LM plus MegaScale's own optimizations, which are recorded as gaps per case.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megatron-core-2025-moe": {
         # Liu et al. 2025 (MoE Parallel Folding) baselines: Megatron-Core with EP inside DP x CP, distributed
@@ -122,7 +140,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # With fewer micro-batches than stages its schedule runs as GPipe does (meshplan's only schedule for m < pp).
         "features": {"schedule": ("1f1b", "gpipe"), "zero": (0, 1), "recompute": ("none", "full"), "sequence_parallel": False,
                      "cp": 1, "ep": 1},
-        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron"},
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "metaseq-2022": {
         # OPT (metaseq opt_baselines.py): FSDP (ZeRO-2-like without reshard after forward) + Megatron TP, no SP, no
@@ -187,8 +205,11 @@ def workload(case: PublishedRun) -> Workload:
     options = dict(_framework(case)["workload"])
     if case.runtime in get_args(Workload.model_fields["runtime"].annotation):
         options["runtime"] = case.runtime
-    return Workload(global_batch=case.batch.global_batch_seqs, seq_len=case.model.seq_len,
-                    dtype=case.precision or "bf16", **options)
+    if case.tp_comm_overlap is not None:
+        options["tp_comm_overlap"] = case.tp_comm_overlap
+    dtype = case.precision or options.pop("dtype", "bf16")  # the case's precision, else its framework's
+    options.pop("dtype", None)
+    return Workload(global_batch=case.batch.global_batch_seqs, seq_len=case.model.seq_len, dtype=dtype, **options)
 
 
 def run_case(case: PublishedRun) -> dict[str, Any]:
@@ -196,7 +217,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pins = _pins(case)
     published, derivation = step_time_s(case, model)
     t0 = time.perf_counter()
-    _, pinned = search_result(model, cluster, work, top=1, framework="any", **pins)
+    pinned_ctx, pinned = search_result(model, cluster, work, top=1, framework="any", **pins)
     par = case.parallelism
     row: dict[str, Any] = {
         "case": case.id, "source": source_key(case), "framework": framework_name(case), "gpu": case.hardware.gpu[:4],
@@ -221,17 +242,29 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
         return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": pred,
                 "spread_hi_s": pred, "rank": f"OOM {peak / 2**30:.0f}GiB", "pick": "", "gain_pct": float("nan"),
                 "extrapolations": "", "search_s": time.perf_counter() - t0}
-    pred = float(pinned.step_time_s[0])
-    lo, hi, _ = unstated_spread(model, cluster, work, pins)
+    # The published layout (at its best unstated settings) and the framework's own pick, each with the framework's
+    # layer split over pipeline stages (published_partitions.py).
+    framework = framework_name(case)
+
+    def recost(table_row: dict[str, int]) -> float:
+        plan = build_plan(pinned_ctx, table_row, best_rank_layers(pinned_ctx, table_row), proven=False)
+        return with_framework_partition(plan, framework, model, cluster, work).prediction.step_time_s
+
+    lo, hi, _ = unstated_spread(model, cluster, work, pins, recost)
+    pred = lo
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
     ctx, pick = search_result(model, cluster, work, top=1, framework="any", **_framework(case)["features"])
-    plan = plans_from_result(ctx, pick)[0]
+    plan = with_framework_partition(plans_from_result(ctx, pick)[0], framework, model, cluster, work)
     extrapolations = getattr(plan.prediction, "extrapolations", None)  # reported by planners that know them
+    validated = None
+    if validated_runs.validates(framework, pred, exact=not case.gaps):
+        validated = validated_runs.record(case.id, source_key(case), framework, pinned_ctx,
+                                          {k: int(v[0]) for k, v in pinned.table.items()}, published, pred)
     return {**row, "predicted_s": pred, "error_pct": 100 * (pred - published) / published, "spread_lo_s": lo,
             "spread_hi_s": hi, "rank": rank, "pick": layout_label(pick.table),
-            "gain_pct": 100 * (pred / float(pick.step_time_s[0]) - 1),
+            "gain_pct": 100 * (pred / plan.prediction.step_time_s - 1),
             "extrapolations": "; ".join(map(str, extrapolations)) if extrapolations else ("none" if extrapolations is not None else "n/a"),
-            "search_s": time.perf_counter() - t0}
+            "search_s": time.perf_counter() - t0, "validated": validated}
 
 
 def select(ids: list[str] | None = None, sources: list[str] | None = None) -> list[PublishedRun]:
@@ -251,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", help="comma-separated source keys (default: all)")
     ap.add_argument("--csv", help="also write the per-case table as CSV")
     ap.add_argument("--no-cv", action="store_true", help="skip the cross-validation section (validation.py)")
+    ap.add_argument("--write-validated", action="store_true",
+                    help="replace planner/validation/validated_runs.json with this run's validated cases (all cases)")
     args = ap.parse_args(argv)
+    if args.write_validated and (args.cases or args.sources):
+        ap.error("--write-validated needs every case (drop --cases/--sources)")
     ids, sources = (args.cases.split(",") if args.cases else None), (args.sources.split(",") if args.sources else None)
     try:
         cases = load_runs().cases
@@ -264,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown case id or source key: {', '.join(unknown)}; see {DATA}", file=sys.stderr)
         return 2
     df = run(ids, sources)
+    validated = df.pop("validated") if "validated" in df else None
     print_report(df)
+    if args.write_validated and validated is not None:
+        validated_runs.write([v for v in validated if isinstance(v, validated_runs.ValidatedRun)],
+                             "benchmarks/published_runs.py --write-validated")
     if args.csv:
         df.to_csv(args.csv, index=False)
     if not args.no_cv:

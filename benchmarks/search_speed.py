@@ -21,6 +21,8 @@ time to other jobs on the machine; the load average is printed before and after,
 was shared.
 
 Targets (issue 15): plan < 1.0 s wall on 2 cores, warm < 100 ms, warm growth from 64 to 65,536 GPUs <= 3x.
+Then each pick's predicted MFU, error band and extrapolations (issue 11: no pick may predict an MFU above the best
+published run of its GPU family without an extrapolation that says so; the count is printed).
 """
 from __future__ import annotations
 
@@ -116,15 +118,32 @@ def child(index: int, warm: int) -> None:
     _, topo_s, topo_cpu = _timed(lambda: cached_topology(cluster))
     (_, res), cold_s, cold_cpu = _timed(lambda: search_result(model, cluster, workload, top=1))
     warm_runs = [_timed(lambda: search_result(model, cluster, workload, top=1))[1:] for _ in range(warm)]
-    best = "none fits"
+    best, honest = "none fits", {}
     if len(res.step_time_s):
         best = row_to_layout({k: int(v[0]) for k, v in res.table.items()}, None).describe()
+        honest = pick_honesty(res, model, cluster, workload)
     print(json.dumps({
         "topo_s": topo_s, "topo_cpu": topo_cpu, "cold_s": cold_s, "cold_cpu": cold_cpu,
         "warm_s": statistics.median(w for w, _ in warm_runs) if warm_runs else float("nan"),
         "warm_cpu": statistics.median(c for _, c in warm_runs) if warm_runs else float("nan"),
-        "shapes": res.stats.shapes_total, "rows": res.stats.rows_evaluated, "best": best,
+        "shapes": res.stats.shapes_total, "rows": res.stats.rows_evaluated, "best": best, **honest,
     }))
+
+
+def pick_honesty(res, model, cluster, workload) -> dict[str, Any]:
+    """The pick's predicted MFU, error band and extrapolations, and whether an MFU above the best published run
+    of its GPU family goes without an extrapolation that says so (issue 11: there must be none)."""
+    from planner.api import plans_from_result, search_result
+    from planner.validation.bands import gpu_family
+    from planner.validation.records import load_validated_runs
+
+    ctx, _ = search_result(model, cluster, workload, top=1)
+    pred = plans_from_result(ctx, res)[0].prediction
+    family = gpu_family(ctx.gpu.name)
+    best = max((r.published_mfu for r in load_validated_runs().runs if r.family == family and not r.moe), default=None)
+    said = any(e.startswith("predicted MFU") for e in pred.extrapolations)
+    return {"mfu": pred.mfu, "band": [pred.error_band.low, pred.error_band.high], "basis": pred.error_band.basis,
+            "extrapolations": list(pred.extrapolations), "mfu_unexplained": best is not None and pred.mfu > best and not said}
 
 
 # ---- in the parent ----------------------------------------------------------------------------------------
@@ -217,6 +236,15 @@ def main() -> int:
     if small and large:
         print(f"warm growth 64 -> 65,536 GPUs: {large['warm_s'] / small['warm_s']:.1f}x wall, "
               f"{large['warm_cpu'] / small['warm_cpu']:.1f}x CPU (target <= 3x)")
+    print("\npicks: predicted MFU, error band (real step time vs predicted) and what each extrapolates")
+    for label, r in results.items():
+        if "mfu" in r:
+            print(f"{label:50s} MFU {100 * r['mfu']:5.1f} %  band {100 * r['band'][0]:+.1f} .. {100 * r['band'][1]:+.1f} %"
+                  f"  ({r['basis']})")
+            for item in r["extrapolations"]:
+                print(f"{'':52s}extrapolates: {item}")
+    print("picks above their GPU family's best published MFU without an extrapolation saying so: "
+          f"{sum(bool(r.get('mfu_unexplained')) for r in results.values())}")
     print(f"# {load_note()}")
     return 0
 

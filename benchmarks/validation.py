@@ -197,13 +197,15 @@ class FixedLayoutCost:
     @classmethod
     def of_published_layout(cls, case: PublishedRun) -> FixedLayoutCost | None:
         """The published layout at its best unstated settings under the committed constants (None: no layout)."""
+        from published_partitions import with_framework_partition
         from published_runs import _pins, workload
 
         cluster = build_cluster(case)
         ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework="any", **_pins(case))
         if not len(res.step_time_s):
             return None
-        plan = plans_from_result(ctx, res)[0]
+        plan = with_framework_partition(plans_from_result(ctx, res)[0], framework_name(case), ctx.model, cluster,
+                                        workload(case))
         parts, pp = plan.layout.partition(ctx.model.num_layers), plan.layout.pp
         return cls(case, cluster, plan.layout, [sum(parts[c] for c in range(r, len(parts), pp)) for r in range(pp)])
 

@@ -135,6 +135,13 @@ class GPUProfile(Sourced):
         "measured on a whole layer (benchmarks/measure_sustained_layer.py); null: the cost model's default, "
         "fitted to Korthikanti et al. 2022 Table 4 on A100.",
     )
+    comm_overlap_slowdown: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Fraction by which compute slows while collectives overlap it (NCCL's SMs and HBM traffic) (1); "
+        "null: the cost model's default (planner.cost.interference).",
+    )
     nvlink_bandwidth_Bps: float = Field(
         ge=0,
         description="GPU-to-GPU scale-up bandwidth per GPU per direction (bytes/s): NVLink, or the vendor's "

@@ -27,6 +27,7 @@ from planner.layout.table import layout_to_row, row_at, table_of
 from planner.model import ModelSpec
 from planner.plan import (
     Breakdown,
+    ErrorBand,
     Plan,
     PlanInputs,
     Prediction,
@@ -34,9 +35,10 @@ from planner.plan import (
     StageMemory,
     peak_flops_of_ranks,
 )
-from planner.solver.exact import SearchResult, exact_search
+from planner.solver.exact import OBJECTIVES, SearchResult, exact_search
 from planner.solver.refine import Refinement, refine
 from planner.solver.space import PIN_FIELDS, SET_PIN_FIELDS, Pins, SearchLimits
+from planner.validation import honesty
 
 __all__ = ["best_rank_layers", "build_plan", "evaluate", "infeasible_message", "layout_to_row", "make_context",
            "plans_from_result", "row_to_layout", "search", "search_result"]
@@ -100,10 +102,12 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         bubble_s=float(res.bubble_s[0]), optimizer_s=float(res.optimizer_s[0]),
     )
     cluster_json, placement = _cluster_json(ctx.cluster), _placement(ctx, W)
+    mfu = model_flops / step / peak_flops_of_ranks(cluster_json, placement, ctx.compute_dtype)
+    band, beyond = honesty(ctx, layout, mfu)
     prediction = Prediction(
         step_time_s=step,
         tokens_per_s=tokens / step,
-        mfu=model_flops / step / peak_flops_of_ranks(cluster_json, placement, ctx.compute_dtype),
+        mfu=mfu,
         model_tflops_per_gpu=model_flops / step / W / 1e12,
         hardware_tflops_per_gpu=float(hw_per_token) * tokens / step / W / 1e12,
         peak_memory_bytes=float(res.peak_memory_bytes[0]),
@@ -111,6 +115,8 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         breakdown=breakdown,
         bubble_fraction=float(res.bubble_s[0]) / step,
         idle_gpus=int(ctx.cluster.num_gpus) - W,
+        error_band=ErrorBand(low=band.low, high=band.high, runs=band.runs, basis=band.basis),
+        extrapolations=beyond,
     )
     inputs = PlanInputs(model=ctx.model, cluster=cluster_json, workload=ctx.workload)
     notes = (*notes, *framework(ctx.framework).notes(layout, ctx.model, ctx.workload))
@@ -132,8 +138,9 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     unknown = set(layout_pins) - set(PIN_FIELDS)
     if unknown:
         raise UserError(f"unknown option(s) {sorted(unknown)}", fix=f"pin one of {', '.join(PIN_FIELDS)}")
-    for name, value in layout_pins.items():
-        # Degrees and sizes beyond any cluster would overflow the vectorised int64 search columns.
+    for name, value in [*layout_pins.items(), *((k, v) for k, v in pins.items() if k in limit_names)]:
+        # Degrees and sizes (and the search's limits on them) beyond any cluster would overflow the vectorised
+        # int64 search columns.
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PIN_VALUE:
             raise UserError(f"{value} is larger than any layout can be", where="--" + name.replace("_", "-"),
                             fix=f"pin at most {MAX_PIN_VALUE:,} (the GPU count bounds every degree)")
@@ -147,14 +154,23 @@ def _split_pins(pins: dict[str, Any]) -> tuple[Pins, SearchLimits, dict[str, Any
     return Pins(layout_pins), limits, options
 
 
+def check_objective(objective: str) -> str:
+    """`objective` if the search knows it, else a one-line UserError naming the flag."""
+    if objective not in OBJECTIVES:
+        raise UserError(f"unknown objective {objective!r}", where="--objective", fix=f"use one of {', '.join(OBJECTIVES)}")
+    return objective
+
+
 def search_result(model: ModelSpec, cluster: Any, workload: Workload | None = None, top: int = 1,
-                  keep_all: bool = False, **pins: Any) -> tuple[CostContext, SearchResult]:
+                  keep_all: bool = False, objective: str = "expected", **pins: Any) -> tuple[CostContext, SearchResult]:
     """Run the exact search; returns the context and the raw result (rows, stats). No workload: the model's
-    default one (`Workload.for_model`)."""
+    default one (`Workload.for_model`). `objective`: rank by the predicted step time ("expected") or by its
+    error band's upper end ("pessimistic", solver.exact)."""
+    check_objective(objective)
     layout_pins, limits, options = _split_pins(pins)
     choices.refuse_pins(layout_pins.values, options.get("framework") or DEFAULT_FRAMEWORK)
     ctx = make_context(model, cluster, workload if workload is not None else Workload.for_model(model), **options)
-    return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all)
+    return ctx, exact_search(ctx, layout_pins, limits, top=top, keep_all=keep_all, objective=objective)
 
 
 def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, Any]) -> str:
@@ -195,19 +211,27 @@ def infeasible_message(ctx: CostContext, result: SearchResult, pins: dict[str, A
     )
 
 
-def search(model: ModelSpec, cluster: Any, workload: Workload | None = None, top: int = 1, **pins: Any) -> list[Plan]:
+def search(model: ModelSpec, cluster: Any, workload: Workload | None = None, top: int = 1, objective: str = "expected",
+           **pins: Any) -> list[Plan]:
     """The `top` best plans, best first; pins use Layout field names (`tp=8, pp=4, recompute="selective"`).
 
     `schedule`, `recompute` and `zero` also take a tuple of allowed values, to search only what a framework
     implements (`schedule=("1f1b", "interleaved"), recompute=("none", "full")`). `framework="torchtitan"`
     (any of `planner.frameworks.NAMES`; default meshplan's own executor) plans for that framework: only
     layouts it can build, costed with its runtime; the plans record it. No workload: the model's default one
-    (`Workload.for_model`)."""
-    ctx, result = search_result(model, cluster, workload, top=top, **pins)
-    return plans_from_result(ctx, result, pins)
+    (`Workload.for_model`). `objective="pessimistic"` ranks by the step time at the upper end of each plan's
+    error band instead of the predicted step time."""
+    ctx, result = search_result(model, cluster, workload, top=top, objective=objective, **pins)
+    return plans_from_result(ctx, result, pins, objective=objective)
 
 
-def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, Any] | None = None) -> list[Plan]:
+def ranking_time_s(plan: Plan, objective: str = "expected") -> float:
+    """What a plan is ranked by under `objective`: its step time, or its pessimistic step time."""
+    return plan.prediction.pessimistic_step_time_s if objective == "pessimistic" else plan.prediction.step_time_s
+
+
+def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, Any] | None = None,
+                      objective: str = "expected") -> list[Plan]:
     """Turn a search's best rows into Plans (rank-by-rank costing, per-stage memory, placement)."""
     pins = pins or {}
     cluster = ctx.cluster
@@ -228,7 +252,10 @@ def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, An
             rank_layers, notes = refined.rank_layers, notes + refined.notes
         plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes, refined=refined))
     if typed:  # the refined costing may reorder the search's ranking (made with the mean-layer split)
-        plans.sort(key=lambda plan: plan.prediction.step_time_s)
+        plans.sort(key=lambda plan: ranking_time_s(plan, objective))
+    if objective == "pessimistic" and plans:
+        plans[0] = plans[0].model_copy(update={"notes": (*plans[0].notes, "ranked by the upper end of the error band "
+                                                         "(--objective pessimistic)")})
     return plans
 
 

@@ -36,7 +36,7 @@ from planner.layout.names import ANY_FRAMEWORK, RECOMPUTE_NAMES
 from planner.layout.rules import Facts
 from planner.layout.schedules import BY_CODE, SCHEDULE_NAMES
 from planner.layout.table import COLUMNS, MESH_ORDERS, layout_to_row, row_at
-from planner.plan import Plan
+from planner.plan import ErrorBand, Plan
 from planner.render import BREAKDOWN_TERMS
 from planner.solver.exact import exact_search
 from planner.solver.space import (
@@ -104,6 +104,8 @@ class Explanation(BaseModel):
     step_time_s: float = Field(description="The plan's step time under the current cost model (s).")
     stored_step_time_s: float = Field(description="The step time stored in the plan file (s).")
     flash_attention: bool = Field(description="Cost-model option the plan's prediction was reproduced with.")
+    error_band: ErrorBand | None = Field(None, description="The plan's error band under the current validation data.")
+    extrapolations: tuple[str, ...] = Field((), description="The plan's knobs outside every validated run.")
     knobs: tuple[KnobExplanation, ...]
 
 
@@ -332,4 +334,5 @@ def explain(plan: Plan, knobs: tuple[str, ...] = KNOBS, framework: str | None = 
     items = tuple(explain_knob(k, base, ctx, limits) for k in knobs if k != "ep" or ctx.model.moe is not None)
     return Explanation(layout=plan.layout, step_time_s=base.prediction.step_time_s,
                        stored_step_time_s=plan.prediction.step_time_s, flash_attention=bool(ctx.flash_attention),
+                       error_band=base.prediction.error_band, extrapolations=base.prediction.extrapolations,
                        knobs=items)

@@ -30,6 +30,26 @@ BREAKDOWN_TERMS: tuple[tuple[str, str], ...] = (
 """Breakdown fields in display order, with their labels."""
 
 
+def band_text(band: Any) -> str:
+    """'-3.2 % .. +12.5 %' (real step time against the prediction), or '-' for plans without a band."""
+    if band is None:
+        return "-"
+    return f"{100 * band.low:+.1f} % .. {100 * band.high:+.1f} %"
+
+
+def honesty_rows(table: Table, pred: Prediction) -> None:
+    """The prediction's error band and what it extrapolates, as rows of a two-column table."""
+    band = pred.error_band
+    if band is not None:
+        table.add_row("error band", f"real step time {band_text(band)} of the prediction "
+                      f"({seconds(pred.step_time_s * (1 + band.low))} .. {seconds(pred.step_time_s * (1 + band.high))} s; "
+                      f"{band.basis})")
+    if not pred.extrapolations:
+        table.add_row("extrapolates", "nothing: every knob lies inside the validated runs")
+    for item in pred.extrapolations:
+        table.add_row("extrapolates", item)
+
+
 def gib(n_bytes: float) -> str:
     return f"{n_bytes / GiB:.1f}"
 
@@ -81,6 +101,7 @@ def summary_table(plan: Plan, title: str | None = None) -> Table:
     cap = max(s.capacity_bytes for s in pred.memory_per_stage)
     table.add_row("peak memory", f"{gib(pred.peak_memory_bytes)} GiB of {gib(cap)} GiB")
     table.add_row("proven optimal", "yes" if plan.proven_optimal else "no")
+    honesty_rows(table, pred)
     for note in plan.notes:
         table.add_row("note", note)
     return table
@@ -132,6 +153,7 @@ def stats_table(stats: Any, wall_s: float) -> Table:
     table.add_row("  without any valid micro-batch size", f"{stats.shapes_without_layout:,}")
     table.add_row("  evaluated", f"{stats.shapes_evaluated:,}")
     table.add_row("  micro-batch sizes pruned by time bound", f"{stats.micro_batches_bound_pruned:,}")
+    table.add_row("layouts skipped by their own bound", f"{getattr(stats, 'rows_skipped_by_bound', 0):,}")
     table.add_row("layouts evaluated", f"{stats.rows_evaluated:,}")
     table.add_row("  that fit but were pruned by time bound", f"{stats.rows_bound_pruned:,}")
     table.add_row("layouts that fit", f"{stats.rows_feasible:,}")
@@ -143,14 +165,15 @@ def stats_table(stats: Any, wall_s: float) -> Table:
 def top_table(plans: list[Plan]) -> Table:
     """The K best plans, best first, with their slowdown against the best."""
     table = Table(title=f"top {len(plans)}", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("#", "layout", "mesh", "step s", "vs best", "tokens/s", "MFU %", "peak GiB"):
+    for name in ("#", "layout", "mesh", "step s", "vs best", "error band", "extrap.", "tokens/s", "MFU %", "peak GiB"):
         table.add_column(name, justify="left" if name in ("layout", "mesh") else "right", no_wrap=True)
     best = plans[0].prediction.step_time_s if plans else 1.0
     for i, p in enumerate(plans, 1):
         pred = p.prediction
         table.add_row(
             str(i), p.layout.describe(), mesh_short(p), seconds(pred.step_time_s),
-            f"+{100 * (pred.step_time_s / best - 1):.1f} %", f"{pred.tokens_per_s:,.0f}", f"{pred.mfu * 100:.1f}",
+            f"+{100 * (pred.step_time_s / best - 1):.1f} %", band_text(pred.error_band), str(len(pred.extrapolations)),
+            f"{pred.tokens_per_s:,.0f}", f"{pred.mfu * 100:.1f}",
             gib(pred.peak_memory_bytes),
         )
     return table

@@ -46,7 +46,8 @@ BREAKDOWN_COLUMNS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_com
 GiB = 2**30
 SHORT_NAMES = {"compute_s": "compute s", "tp_comm_s": "tp s", "cp_comm_s": "cp s", "ep_comm_s": "ep s",
                "pp_comm_s": "pp s", "dp_comm_s": "dp s", "bubble_s": "bubble s", "optimizer_s": "optim s",
-               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU %", "peak_memory_gib": "peak GiB"}
+               "step_time_s": "step s", "tokens_per_s": "tokens/s", "mfu": "MFU %", "peak_memory_gib": "peak GiB",
+               "error_band_low": "band lo", "error_band_high": "band hi", "extrapolations": "extrapolates"}
 """Column headers of the rendered table (the CSV and JSON keep the full names, and MFU as a fraction)."""
 
 
@@ -63,6 +64,9 @@ def plan_row(source: str, plan: Plan, searched: str = "-") -> dict[str, Any]:
         "mfu": pred.mfu,
         "peak_memory_gib": pred.peak_memory_bytes / GiB,
         "fits": all(s.fits for s in pred.memory_per_stage),
+        "error_band_low": pred.error_band.low if pred.error_band else float("nan"),
+        "error_band_high": pred.error_band.high if pred.error_band else float("nan"),
+        "extrapolations": "; ".join(pred.extrapolations),
     })
     return row
 
@@ -143,8 +147,8 @@ def compare_command(
             from planner.solver.space import PIN_FIELDS
 
             searched = knob_names([k for k in PIN_FIELDS if k not in values])
-            rows += [plan_row(f"search #{i}", p, searched)
-                     for i, p in enumerate(plans_from_result(ctx, result, values), 1)]
+            found = plans_from_result(ctx, result, values)
+            rows += [plan_row(f"search #{i}", p, searched) for i, p in enumerate(found, 1)]
     frame = comparison_frame(rows)
     if csv_out is not None:
         _write_csv(frame, csv_out, force)
@@ -155,7 +159,8 @@ def compare_command(
     shown = frame.drop(columns=[c for c in BREAKDOWN_COLUMNS if c != "compute_s" and not frame[c].any()])
     shown = shown.assign(mfu=shown["mfu"] * 100)  # a percentage, as everywhere in human output
     print_wide(out, dataframe_table(shown.rename(columns=SHORT_NAMES), title="comparison (exposed seconds per step)",
-                                    formats={"tokens/s": ",.0f", "MFU %": ".1f", "peak GiB": ".1f"}))
+                                    formats={"tokens/s": ",.0f", "MFU %": ".1f", "peak GiB": ".1f", "band lo": "+.1%",
+                                             "band hi": "+.1%"}))
     if not frame["fits"].all():
         err.print("warning: some layouts do not fit in GPU memory (fits = NO)", markup=False)
 

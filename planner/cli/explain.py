@@ -33,7 +33,7 @@ def explain_command(
     from planner.explain import explain
     from planner.io import check_targets
     from planner.plan import Plan
-    from planner.render import print_wide, seconds
+    from planner.render import band_text, print_wide, seconds
 
     with user_errors():
         check_targets(json_out, force=force)
@@ -60,6 +60,11 @@ def explain_command(
     print_wide(out, table)
     for k in report.knobs:
         out.print(f"{k.knob}: {k.verdict}", markup=False)
+    band = report.error_band
+    if band is not None:
+        out.print(f"error band: real step time {band_text(band)} of the prediction ({band.basis})", markup=False)
+    for item in report.extrapolations or ("nothing: every knob lies inside the validated runs",):
+        out.print(f"extrapolates: {item}", markup=False)
 
 
 def _mesh(axes: str) -> str:

@@ -27,6 +27,7 @@ from planner.layout.names import (
     DEFAULT_SEQ_LEN,
     FRAMEWORK_NAMES,
     RECOMPUTE_NAMES,
+    RUNTIME_NAMES,
 )
 from planner.layout.schedules import SCHEDULE_NAMES, SCHEDULES
 
@@ -51,9 +52,13 @@ ScheduleChoice = Enum("ScheduleChoice", [(name, name) for name in SCHEDULE_NAMES
 """--schedule values: the schedule registry's names (planner.layout.schedules)."""
 
 
-class RuntimeChoice(str, Enum):
-    pytorch = "pytorch"
-    megatron = "megatron"
+RuntimeChoice = Enum("RuntimeChoice", [(name.replace("-", "_"), name) for name in RUNTIME_NAMES], type=str)
+"""--runtime values: the names of `Workload.runtime` (planner.layout.names.RUNTIME_NAMES)."""
+
+
+class ObjectiveChoice(str, Enum):
+    expected = "expected"
+    pessimistic = "pessimistic"
 
 
 RecomputeChoice = Enum("RecomputeChoice", [(name, name) for name in RECOMPUTE_NAMES], type=str)
@@ -104,8 +109,13 @@ INPUTS = OptionGroup("inputs", (
          "The framework reduces gradients after the last backward instead of overlapping DP/FSDP traffic with "
          "compute (e.g. Megatron-LM without --overlap-grad-reduce).", _IN, default=False),
     _opt("runtime", RuntimeChoice, "--runtime",
-         "Training stack: pytorch (meshplan run, TorchTitan; PP reduces gradients after the last backward) or "
-         "megatron (Megatron-Core; overlapped under PP too). (default: the --framework's)", _IN),
+         "Training stack: pytorch (eager: meshplan run, TorchTitan without compile), pytorch-compile (TorchTitan "
+         "with torch.compile) or megatron (Megatron-Core's fused kernels; gradient reduction overlapped under PP "
+         "too). (default: the --framework's)", _IN),
+    _opt("tp_comm_overlap", bool, "--tp-comm-overlap/--no-tp-comm-overlap",
+         "Pipeline TP collectives with their GEMMs (Megatron --tp-comm-overlap, PyTorch async TP); needs a "
+         "pytorch-compile or megatron runtime. (default: the --framework's: on for megatron)", _IN,
+         show_default=False),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
@@ -129,6 +139,9 @@ PINS = OptionGroup("pins", (
     _opt("max_tp", int, "--max-tp", "Largest TP searched. (default: 2 x NVLink domain)", _PIN),
     _opt("max_cp", int, "--max-cp", "Largest CP searched. (default: 16)", _PIN),
     _opt("max_micro_batch", int, "--max-micro-batch", "Largest micro-batch searched. (default: 64)", _PIN),
+    _opt("objective", ObjectiveChoice, "--objective",
+         "Rank by the predicted step time (expected) or by the upper end of its error band (pessimistic: the step "
+         "time the validated runs most like the plan say it may reach). (default: expected)", _PIN),
 ))
 
 
@@ -211,17 +224,39 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
     try:
         # Runtime costs given explicitly win over the framework's own (planner.frameworks.workload_for), so they
         # are passed only when given (None = not given).
-        runtime = raw.get("runtime")
+        runtime = getattr(raw.get("runtime"), "value", raw.get("runtime"))
+        framework = getattr(raw.get("framework"), "value", raw.get("framework")) or "meshplan"
+        overlap_tp = raw.get("tp_comm_overlap")
+        if overlap_tp:
+            _check_tp_overlap_runtime(runtime, framework)
         workload = Workload.for_model(model, global_batch=raw.get("global_batch"),
                                       global_batch_tokens=raw.get("global_batch_tokens"), seq_len=raw.get("seq_len"),
                                       overlap_dp_comm=False if raw.get("no_dp_overlap") else None,
-                                      runtime=getattr(runtime, "value", runtime))
+                                      runtime=runtime if runtime or not overlap_tp else _framework_runtime(framework),
+                                      tp_comm_overlap=overlap_tp)
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
-    framework = raw.get("framework")
     return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
-                  framework=getattr(framework, "value", framework) or "meshplan")
+                  framework=framework)
+
+
+def _framework_runtime(framework: str) -> str:
+    from planner.frameworks import framework as profile_of
+
+    return profile_of(framework).runtime
+
+
+def _check_tp_overlap_runtime(runtime: str | None, framework: str) -> None:
+    """--tp-comm-overlap needs a runtime that has it (the --runtime given, else the framework's)."""
+    from planner.layout.names import TP_OVERLAP_RUNTIMES
+
+    chosen = runtime or _framework_runtime(framework)
+    if chosen not in TP_OVERLAP_RUNTIMES:
+        raise UserError(f"TP-communication overlap needs a compiled or Megatron runtime, not {chosen} (PyTorch async "
+                        "TP is a torch.compile pass)", where="--tp-comm-overlap",
+                        fix="add --runtime pytorch-compile (TorchTitan with compile) or plan with --framework megatron, "
+                        "or drop --tp-comm-overlap")
 
 
 def cli_cluster(name: str, *, nodes: int | None = None, gpus: int | None = None) -> Any:
@@ -278,7 +313,8 @@ def collect_pins(raw: dict[str, Any]) -> dict[str, Any]:
     return pins
 
 
-LIMIT_NAMES = ("max_tp", "max_cp", "max_micro_batch")
+LIMIT_NAMES = ("max_tp", "max_cp", "max_micro_batch", "objective")
+"""Search options given beside the pins: not layout knobs."""
 
 SHORT_KNOBS = {"micro_batch": "mb", "num_microbatches": "m", "virtual_stages": "v", "sequence_parallel": "sp",
                "recompute": "rc", "mesh_axes": "mesh"}

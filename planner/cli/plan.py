@@ -34,7 +34,7 @@ def plans_from_result(ctx: Any, result: Any, pins: dict[str, Any]) -> list[Plan]
     """`Plan`s for the rows of an exact-search result, best first (`planner.api.plans_from_result`)."""
     from planner import api
 
-    return api.plans_from_result(ctx, result, pins)
+    return api.plans_from_result(ctx, result, pins, objective=pins.get("objective", "expected"))
 
 
 @app.command("plan")

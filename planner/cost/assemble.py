@@ -10,13 +10,17 @@ parameters, layers, memory) and calls `assemble`:
   - the costing by layer type on each rank's own GPU (`cost.typed`).
 So the search, the plans and the schedule figure share every formula below:
 
-  t_r, f_r          rank r's time per micro-batch (forward + backward + recompute + exposed in-layer
-                    communication) and its forward part; the pipeline phase is the schedule's makespan
-                    (`planner.layout.schedules`), the bubble that minus m * max_r t_r;
-  PP transfers      2 * (m * v + p - 1) exposed p2p transfers of one micro-batch's activations;
+  t_r, f_r, w_r     rank r's time per micro-batch (forward + backward + recompute + exposed in-layer
+                    communication), its forward part and its weight-gradient GEMMs (the W pass); the
+                    pipeline phase is the schedule's makespan (`planner.layout.schedules`, with the
+                    zero-bubble unit g_r = t_r - 2 w_r), the bubble that minus m * max_r t_r;
+  PP transfers      2 * (m * v + p - 1) p2p transfers of one micro-batch's activations, as exposed as the
+                    runtime leaves them (`comm.pp_exposed_s`: Megatron's interleaved schedule overlaps the
+                    steady-state ones with a chunk's forward);
   DP/FSDP           the exposed data-parallel time of the slowest rank (`comm.dp_time_s`, windows: its
-                    layers' forward and backward);
-  optimizer         the slowest rank's AdamW step; step = pipeline + p2p + DP + optimizer, then at least
+                    layers' forward and backward; zero-bubble schedules shard whole chunks);
+  optimizer         the slowest rank's AdamW step with clipping and the runtime's per-step passes
+                    (`fixed_costs.optimizer_step_s`); step = pipeline + p2p + DP + optimizer, then at least
                     the host's CPU work over its cores for CPU processes (`host_share`);
   breakdown         compute and in-layer communication of the bottleneck rank (the first rank with the
                     largest t_r), times m;
@@ -31,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost import comm, host_share, memory
+from planner.cost import comm, fixed_costs, host_share, memory
 from planner.cost.context import CostContext
 from planner.cost.partition import StageSplit
-from planner.layout.schedules import inflight_microbatches, makespan
+from planner.layout.schedules import by_code, inflight_microbatches, makespan
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
 
@@ -59,6 +63,7 @@ class TableResult:
     pipeline_s: np.ndarray | None = None  # the pipeline phase (makespan) per row
     rank_total_s: np.ndarray | None = None  # rows x columns: t_r, seconds per micro-batch
     rank_forward_s: np.ndarray | None = None  # rows x columns: f_r
+    rank_weight_grad_s: np.ndarray | None = None  # rows x columns: w_r, the W pass inside t_r
     rank_capacity_bytes: np.ndarray | None = None  # rows x columns: memory of each rank's GPU
 
 
@@ -68,6 +73,7 @@ class RankWork:
 
     total_s: np.ndarray  # t_r: forward + backward + recompute + exposed in-layer communication
     forward_s: np.ndarray  # f_r: its forward part
+    weight_grad_s: np.ndarray  # w_r: its weight-gradient GEMMs (the W pass of zero-bubble schedules)
     compute_s: np.ndarray  # compute part of t_r (embedding / head included)
     tp_s: np.ndarray  # exposed in-layer TP, CP and EP communication parts of t_r
     cp_s: np.ndarray
@@ -120,21 +126,25 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     present = w > 0
     mf = m.astype(float)
     t, f = work.total_s, work.forward_s
-    t_max, f_max = _masked_max(t, present), _masked_max(f, present)
-    t_sum, f_sum = (w * t).sum(axis=1), (w * f).sum(axis=1)
-    pipe = makespan(table["sched"], mf, v, t_max, t_sum, f_max, f_sum, pp)
+    g = t - 2 * work.weight_grad_s  # T_F + T_B - T_W per rank: the zero-bubble schedules' bubble unit
+    t_max, f_max, g_max = _masked_max(t, present), _masked_max(f, present), _masked_max(g, present)
+    t_sum, g_sum = (w * t).sum(axis=1), (w * g).sum(axis=1)
+    pipe = makespan(table["sched"], mf, v, t_max, t_sum, g_max, g_sum, pp)
     bubble = pipe - mf * t_max
-    p2p = np.where(pp == 1, 0.0, 2 * (mf * v + pp - 1) * comm.pp_p2p_s(ctx, lc.pp_p2p, lc.tokens, table["tp"], sp))
+    transfer = comm.pp_p2p_s(ctx, lc.pp_p2p, lc.tokens, table["tp"], sp)
+    p2p = comm.pp_exposed_s(ctx, transfer, m, v, pp, table["sched"], f_max / v)
     rows = np.arange(len(pp))
     bn = np.where(present, t, -np.inf).argmax(axis=1)  # the bottleneck rank: first column with the largest t_r
+    zero_bubble = by_code(table["sched"], lambda s: s.splits_backward).astype(bool)
     dp_all = np.stack([
         comm.dp_time_s(ctx, work.params[:, r], zero, m, lc.rs_shard, lc.ag_shard, lc.ar_rep, shard,
-                       work.fwd_window_s[:, r], work.bwd_window_s[:, r], work.layers[:, r], pp)
+                       work.fwd_window_s[:, r], work.bwd_window_s[:, r], work.layers[:, r], pp, zero_bubble)
         for r in range(t.shape[1])
     ], axis=1)
     dp_t = _masked_max(dp_all, present)
     ctxs = work.optimizer_contexts or [ctx] * t.shape[1]
-    opt_all = np.stack([comm.optimizer_step_s(c, work.params[:, r], zero, shard) for r, c in enumerate(ctxs)], axis=1)
+    opt_all = np.stack([fixed_costs.optimizer_step_s(c, work.params[:, r], zero, shard) for r, c in enumerate(ctxs)],
+                       axis=1)
     opt = _masked_max(opt_all, present)
     step = pipe + p2p + dp_t + opt
     in_layer = work.tp_s[rows, bn] + work.cp_s[rows, bn] + work.ep_s[rows, bn]
@@ -161,5 +171,6 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
         pipeline_s=pipe,
         rank_total_s=t,
         rank_forward_s=f,
+        rank_weight_grad_s=work.weight_grad_s,
         rank_capacity_bytes=np.broadcast_to(np.asarray(work.capacity_bytes, dtype=float), total.shape),
     )

@@ -9,9 +9,11 @@ read its two coefficients once per (mesh, axis, kind) and apply them to whole co
 
 What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hidden, 16-bit activations):
 - TP (Megatron, Shoeybi et al. 2019 Sec. 3; Korthikanti et al. 2022 Sec. 4.2.2): two all-reduces of T*h in
-  forward and two in backward; with SP the same volume as all-gather + reduce-scatter pairs. Not overlapped.
+  forward and two in backward; with SP the same volume as all-gather + reduce-scatter pairs. Not overlapped,
+  unless the workload pipelines them with the GEMMs (`tp_exposed_s`: Megatron --tp-comm-overlap, PyTorch async TP).
 - CP (Llama 3 paper Sec. 3.3.2): all-gather of K and V (2*T*kv_dim/tp per rank, cp ranks) in forward and a
-  reduce-scatter of their gradients in backward; overlapped with the attention core, only the excess shows.
+  reduce-scatter of their gradients in backward. The executor gathers before attention (exposed); ring
+  attention (Megatron-Core) overlaps the exchange with the attention core: `cp_exposed_s`.
 - EP (Lepikhin et al. 2020, GShard): all-to-all dispatch and combine of T*top_k*h per MoE layer, forward and
   backward, plus the forward's exchange of per-expert token counts (E integers per rank: the split sizes,
   executor.ep). Not overlapped. Groups: `evaluate._ep_groups`; calibrated (measured_comm) by the executor's
@@ -27,9 +29,11 @@ import weakref
 
 import numpy as np
 
-from planner.cost import overhead
+from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
+from planner.cost.runtime import grad_reduce_bytes, runtime_costs
+from planner.layout.schedules import ScheduleCode
 
 _PROBE_BYTES = 1e9
 _FIELD_BITS = 21  # group size, stride and world are packed into one int64 key, 21 bits each
@@ -159,6 +163,34 @@ def tp_layer_fwd_s(ctx: CostContext, ar, tokens: np.ndarray) -> np.ndarray:
     return 2 * affine(ar, tokens * ctx.model.hidden_size * ctx.act_bytes)
 
 
+def tp_exposed_s(ctx: CostContext, tp_s: np.ndarray, gemm_s: np.ndarray, sp: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Exposed seconds of one pass's TP collectives (`tp_s`) beside that pass's GEMMs (`gemm_s`).
+
+    Without TP-communication overlap all of it. With it (`Workload.tp_comm_overlap`, layouts with sequence
+    parallelism) the runtime hides the share `RuntimeCosts.tp_overlap_hidden` of it behind the GEMMs it feeds
+    (never more than the GEMMs' own time), and that hidden part slows them by the interference factor
+    (interference.py).
+    """
+    hidden = runtime_costs(ctx.workload).tp_overlap_hidden if getattr(ctx.workload, "tp_comm_overlap", False) else 0.0
+    if hidden <= 0.0:
+        return tp_s
+    on = np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
+    overlapped = interference.exposed_s(tp_s, gemm_s, 1.0 - hidden, interference.slowdown(ctx))
+    return np.where(on, overlapped, tp_s)
+
+
+def cp_exposed_s(ctx: CostContext, cp_s: np.ndarray, attention_s: np.ndarray) -> np.ndarray:
+    """Exposed seconds of one pass's CP exchange (`cp_s`) beside the attention core of that pass.
+
+    The executor all-gathers K/V before attention and reduce-scatters their gradients after it, on the compute
+    stream (executor/cp.py, `all_gather_single_autograd`): all exposed. Ring attention overlaps each step's
+    P2P with the previous step's attention: only the excess shows, and the overlapped part slows attention.
+    """
+    if not runtime_costs(ctx.workload).cp_overlapped or ctx.gpu_kind_is_cpu:
+        return cp_s
+    return interference.exposed_s(cp_s, attention_s, 0.0, interference.slowdown(ctx))
+
+
 def cp_layer_fwd_s(ctx: CostContext, ag, tokens: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
     """Forward CP all-gather of K and V (full gathered size cp * local) for one layer and micro-batch."""
     kv_dim = ctx.model.num_kv_heads * ctx.model.head_dim
@@ -192,6 +224,29 @@ def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.n
     return affine(p2p, msg) + overhead.pp_transfer_s(ctx)
 
 
+def pp_exposed_s(ctx: CostContext, transfer_s: np.ndarray, m: np.ndarray, v: np.ndarray, pp: np.ndarray,
+                 sched: np.ndarray, chunk_fwd_s: np.ndarray) -> np.ndarray:
+    """Exposed seconds of a step's stage-boundary transfers, `transfer_s` each.
+
+    A pipeline step sends 2 (m v + p - 1) activations and gradients across stage boundaries (forward and
+    backward, every micro-batch chunk plus the fill). Blocking sends (torch.distributed.pipelining, Megatron's
+    1F1B) put each on the critical path. Megatron's interleaved schedule overlaps them with the next chunk's
+    compute (`--overlap-p2p-communication`: an opt-in flag in 2023's Megatron-LM, on by default in Megatron-Core
+    since 2024 (`--no-overlap-p2p-communication` turns it off); `Workload.overlap_pp_comm` says which): there the 2 m v steady-state transfers show only
+    beyond one chunk's forward time `chunk_fwd_s` (plus the interference of the hidden part), the 2 (p - 1) fill
+    and drain transfers stay exposed.
+    """
+    mf = np.asarray(m, dtype=float)
+    vf = np.asarray(v, dtype=float)
+    blocking = 2 * (mf * vf + pp - 1) * transfer_s
+    overlaps = runtime_costs(ctx.workload).interleaved_p2p_overlapped and getattr(ctx.workload, "overlap_pp_comm", True)
+    if not overlaps or ctx.gpu_kind_is_cpu:
+        return np.where(pp > 1, blocking, 0.0)
+    steady = interference.exposed_s(transfer_s, chunk_fwd_s, 0.0, interference.slowdown(ctx))
+    overlapped = 2 * (pp - 1) * transfer_s + 2 * mf * vf * steady
+    return np.where(pp > 1, np.where(np.asarray(sched) == ScheduleCode.INTERLEAVED, overlapped, blocking), 0.0)
+
+
 def dp_time_s(
     ctx: CostContext,
     params: np.ndarray,
@@ -205,10 +260,12 @@ def dp_time_s(
     window_bwd_s: np.ndarray,
     layers: np.ndarray,
     pp: np.ndarray,
+    zero_bubble: np.ndarray | None = None,
 ) -> np.ndarray:
     """Exposed data-parallel time per step on one pipeline rank holding `params` parameters.
 
-    Volumes (G = grads, W = 16-bit weights; S = sharding group, R = replicate group):
+    Volumes (G = gradients at the runtime's reduction precision, `runtime.grad_reduce_bytes`: fp32 in
+    mixed-precision training; W = 16-bit weights; S = sharding group, R = replicate group):
       ZeRO-0 (DDP): all-reduce G over R once per step (grad accumulation keeps local sums).
       ZeRO-1: reduce-scatter G over S + all-reduce G/S over R once per step; all-gather W over S after the
               optimizer (Megatron distributed optimizer).
@@ -216,60 +273,60 @@ def dp_time_s(
               and W all-gather once.
       ZeRO-3 (FSDP): per micro-batch all-gather W in forward, again in backward, reduce-scatter G; R all-reduce
               once (HSDP).
+    FSDP2 (the pytorch runtimes) reshards ZeRO-1/2 weights after every micro-batch's backward, so without
+    pipelining they are gathered again for every micro-batch's forward (`RuntimeCosts.regather_after_backward`),
+    and each gather copies the weights out of its flat buffer on the compute stream (`fixed_costs.fsdp_copy_s`).
     Overlap model (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP prefetching): per-step
     gradient traffic hides behind the last micro-batch's backward, per-step parameter gathers behind the next
     step's first forward, and per-micro-batch traffic behind that micro-batch's forward/backward; only the
-    excess is exposed, plus one layer's bucket (the first gather / last reduction cannot overlap).
+    excess is exposed, plus one layer's bucket (the first gather / last reduction cannot overlap), and the
+    overlapped part slows the compute beside it (interference.py).
     Under pipeline parallelism (pp > 1) the pipeline schedule owns gradient synchronisation
     (memory.state_sharding_stage): ZeRO-2 reduces once per step like ZeRO-1; ZeRO-3 gathers W for the first
     forward and for every micro-batch's backward (the forward reshards, the backward does not) and reduces G
-    once. With the pytorch runtime that once-per-step reduction runs after the last backward
-    (`PipelineStage.perform_reduce_grad`), so nothing hides it; Megatron-Core overlaps it as without PP.
+    once. With the pytorch runtimes that once-per-step reduction runs after the last backward
+    (`PipelineStage.perform_reduce_grad`), so nothing hides it; Megatron-Core overlaps it as without PP. Under
+    a zero-bubble schedule the executor shards only the chunk root (`RuntimeCosts.zero_bubble_chunk_fsdp`): one
+    unit, gathered whole before the first forward and never resharded, reduced whole after the last W pass.
     """
-    grad_b = params * ctx.grad_bytes
+    rc = runtime_costs(ctx.workload)
+    grad_b = params * grad_reduce_bytes(ctx)
     w_b = params * ctx.weight_bytes
     shard = dp_shard.astype(float)
+    piped = np.asarray(pp) > 1
+    chunk_unit = piped & (np.zeros(np.shape(piped), dtype=bool) if zero_bubble is None else np.asarray(zero_bubble))
+    chunk_unit = chunk_unit & rc.zero_bubble_chunk_fsdp
     # One collective per FSDP/DDP unit (each decoder layer, and the chunk root with embeddings/head), so the
     # per-call latency is paid that many times (PyTorch FSDP2 per-module units; Zhao et al. 2023 Sec. 3.2).
-    units = np.maximum(layers.astype(float), 0.0) + 1.0
+    units = np.where(chunk_unit, 1.0, np.maximum(layers.astype(float), 0.0) + 1.0)
     rs = affine_calls(shard_rs, grad_b, units)
     ag = affine_calls(shard_ag, w_b, units)
     ar_rep = affine_calls(replicate_ar, grad_b / np.where(zero >= 1, shard, 1.0), units)
     mf = m.astype(float)
-    bucket = 1.0 / np.maximum(layers.astype(float), 1.0)
+    bucket = np.where(chunk_unit, 1.0, 1.0 / np.maximum(layers.astype(float), 1.0))
     if ctx.gpu_kind_is_cpu or not ctx.workload.overlap_dp_comm:
         # A framework that does not overlap (Workload.overlap_dp_comm) exposes it all. CPU processes: the cores
         # that compute also run gloo's copies and reductions, and FSDP has no side stream to overlap on, so
         # nothing hides (measured: a 4-rank ZeRO-1 step waits out every unit's
         # reduce-scatter; see planner/cost/host_share.py for how CPU work shares cores).
         window_fwd_s, window_bwd_s = np.zeros_like(window_fwd_s), np.zeros_like(window_bwd_s)
+    factor = interference.slowdown(ctx)
 
     def hidden(comm, window):
-        return np.maximum(comm - window, comm * bucket)
+        return interference.exposed_s(comm, window, bucket, factor)
 
-    piped = np.asarray(pp) > 1
     # The once-per-step gradient reduction: behind the last backward, except after a PyTorch pipeline schedule.
-    step_grad_window = np.where(piped & (ctx.workload.runtime == "pytorch"), 0.0, window_bwd_s)
+    step_grad_window = np.where(piped & rc.reduce_after_last_backward_under_pp, 0.0, window_bwd_s)
+    # ZeRO-1/2 weight gathers per step: one, or one per micro-batch where FSDP2 reshards after every backward.
+    gathers12 = np.where(rc.regather_after_backward & ~piped, mf, 1.0)
     z0 = hidden(ar_rep, step_grad_window)
-    z1 = hidden(rs + ar_rep, step_grad_window) + hidden(ag, window_fwd_s)
-    z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + hidden(ag, window_fwd_s)
+    z1 = hidden(rs + ar_rep, step_grad_window) + gathers12 * hidden(ag, window_fwd_s)
+    z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + gathers12 * hidden(ag, window_fwd_s)
     z3 = mf * (hidden(ag, window_fwd_s) + hidden(ag + rs, window_bwd_s)) + hidden(ar_rep, window_bwd_s)
     z3_piped = hidden(ag, window_fwd_s) + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)
     z2 = np.where(piped, z1, z2)
-    z3 = np.where(piped, z3_piped, z3)
-    return np.select([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3)
-
-
-def optimizer_step_s(ctx: CostContext, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
-    """AdamW update: memory-bound pass over master weights, moments, gradients and 16-bit weights.
-
-    Bytes per parameter touched: read+write fp32 master, m, v (24), read gradient (2 or 4), write 16-bit
-    weight (2) — the fused Adam kernels are bandwidth-bound (Apex/PyTorch fused AdamW).
-    """
-    per_param = 24 + ctx.grad_bytes + ctx.weight_bytes
-    local = params / np.where(zero >= 1, dp_shard.astype(float), 1.0)
-    traffic = local * per_param / ctx.memory_bandwidth_Bps
-    # An unfused optimizer (eager PyTorch AdamW on CPU) makes many passes: its measured time per parameter,
-    # where calibrated (planner.cost.overhead), bounds the step from below.
-    measured = overhead.optimizer_s(ctx, local)
-    return traffic if measured is None else np.maximum(traffic, measured)
+    z3 = np.where(piped, np.where(chunk_unit, z1, z3_piped), z3)
+    gathers = np.select([zero == 0, zero <= 2, piped & chunk_unit, piped], [0.0, np.where(piped, 1.0, gathers12), 1.0,
+                                                                          1.0 + mf], 2.0 * mf)
+    copies = fixed_costs.fsdp_copy_s(ctx, params, gathers)
+    return np.select([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3) + copies

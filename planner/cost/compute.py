@@ -10,14 +10,13 @@ Per decoder layer and micro-batch on one GPU (tokens T = micro_batch * seq_len /
   (FlashAttention-2 Sec. 3.1); unfused attention is two batched GEMMs plus element-wise passes over the full
   score matrix (13 bytes per score element each way, see UNFUSED_SCORE_BYTES_FWD);
 - MoE: the router GEMM (replicated) and the top-k routed experts (expert GEMMs of T*top_k*ep/E tokens each);
-- memory-bound element-wise work (norms, residual adds, RoPE, activation function): bytes / HBM bandwidth.
-  Elements touched per token, forward: 2 norms (read+write h: 4h), 2 residual adds (3h each: 6h), RoPE on
-  Q and K (read+write: 2(q+kv) dims), the MLP activation (SwiGLU reads 2f writes f: 3f; GELU 2f), each
-  divided by tp (or by tp only for the TP-local part when sequence parallelism is off: norms and residuals
-  are replicated across TP ranks without SP, Korthikanti et al. 2022 Sec. 4.2.2).
-Backward costs 2x forward (input and weight gradients, the standard 1:2 ratio, Narayanan et al. 2021
-Sec. 5.1 Eq. 3 derivation); zero-bubble schedules split it into B (input grads) and W (weight grads), equal
-halves (Qi et al. 2023 Sec. 2). Full recomputation adds one forward of every layer; selective adds only the
+- memory-bound element-wise work (norms, residual adds, RoPE, activation function): bytes / HBM bandwidth, the
+  bytes counted per runtime by `elementwise.py` (fused kernels, or eager PyTorch op by op), plus the GPU time of
+  launching those kernels back to back (`fixed_costs.layer_launch_s`).
+GEMM backward costs 2x forward (input and weight gradients, the standard 1:2 ratio, Narayanan et al. 2021
+Sec. 5.1 Eq. 3 derivation); zero-bubble schedules split the backward into B (input gradients: the dX GEMMs, the
+attention and element-wise backward, recomputation) and W (weight gradients: the dW GEMMs, as many FLOPs as the
+forward GEMMs), Qi et al. 2023 Sec. 2; `LayerTime.wgrad_s` is W. Full recomputation adds one forward of every layer; selective adds only the
 attention core (Korthikanti et al. 2022 Sec. 4.2).
 """
 
@@ -27,26 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import overhead
+from planner.cost import elementwise, fixed_costs, overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
+from planner.cost.runtime import runtime_costs
 
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
-
-
-
-
-def _elementwise_elements_per_token(ctx: CostContext) -> tuple[float, float]:
-    """(elements split by TP always, elements split by TP only with SP) per token per layer, forward."""
-    m = ctx.model
-    q_dim = m.num_heads * m.head_dim
-    kv_dim = m.num_kv_heads * m.head_dim
-    f = m.ffn_hidden_size if m.moe is None else max(m.ffn_hidden_size, 1)
-    act = 3 * f if m.mlp == "swiglu" else 2 * f
-    rope = 2 * (q_dim + kv_dim) if m.position == "rope" else 0
-    tp_local = act + rope
-    replicated_without_sp = (4 + 6) * m.hidden_size
-    return float(tp_local), float(replicated_without_sp)
 
 
 @dataclass
@@ -56,6 +41,7 @@ class LayerTime:
     fwd_s: np.ndarray  # forward, all parts
     bwd_s: np.ndarray  # backward (input + weight gradients)
     attn_fwd_s: np.ndarray  # the attention core's forward (overlap window for CP; what selective recompute redoes)
+    wgrad_s: np.ndarray  # the weight-gradient GEMMs inside bwd_s (the W pass of zero-bubble schedules)
 
 
 # Unfused attention (no FlashAttention): bytes per attention-score element (fp16) moved by the element-wise
@@ -63,7 +49,11 @@ class LayerTime:
 # and writes them (4), dropout reads, writes and stores a 1-byte mask (5), attention x V reads them (2) = 13;
 # backward: dropout and softmax backward read the probabilities, masks and incoming gradients and write the
 # gradients, about the same 13 bytes (Megatron-LM 2021 fused softmax kernels; Korthikanti et al. 2022 Sec. 4.1
-# counts the same tensors as stored activations: 2as^2b + as^2b + 2as^2b).
+# counts the same tensors as stored activations: 2as^2b + as^2b + 2as^2b). A recount op by op (the attention x V
+# backward 2 + 2, dropout backward 2 + 1 + 2, softmax backward 2 + 2 + 2, QK^T's two gradient GEMMs reading the
+# score gradient 2 + 2) gives 19, but Korthikanti Table 4's measured backward times bound it: with 19 the layer
+# fit of efficiency.py leaves residuals up to 0.92 ms instead of 0.51 (benchmarks/fit_layer_overhead.py), so the
+# measurement wins (the GEMMs reading their operands partly from L2 is one reason it can be lower).
 UNFUSED_SCORE_BYTES_FWD = 13
 UNFUSED_SCORE_BYTES_BWD = 13
 # FlashAttention's backward runs 5 matmuls against the forward's 2, recomputing QK^T (Dao 2023,
@@ -91,40 +81,86 @@ def layer_time_s(
         gemm += one * local_experts
     attn_flops = lt.attn_flops_per_token * tokens / t
     if ctx.flash_attention:
-        # One fused kernel per micro-batch at the attention kernel's own efficiency (GPU profile), which is
-        # below the GEMM plateau: softmax and masking run between the two matmuls inside the kernel.
+        # Fused kernels at the attention kernel's own efficiency (GPU profile), which is below the GEMM plateau:
+        # softmax and masking run between the two matmuls inside the kernel. Each call pays the kernel's fixed
+        # cost; with CP a rank makes several calls per layer (`attention_calls`).
         attn_eff = ctx.attention_efficiency
-        attn_f = np.where(attn_flops > 0, (attn_flops + ctx.attention_half_flops) / (peak * attn_eff), 0.0)
+        calls = attention_calls(ctx, cp)
+        attn_f = np.where(attn_flops > 0, (attn_flops + calls * ctx.attention_half_flops) / (peak * attn_eff), 0.0)
         attn_b = FLASH_BACKWARD_TO_FORWARD * attn_f
     else:
         # Two batched GEMMs on the GEMM curve plus the element-wise passes over the full score matrix.
         scores = tokens * ctx.model.num_heads * ctx.workload.seq_len / t  # score elements (unfused: full, not causal)
         attn_f = gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_FWD / ctx.memory_bandwidth_Bps
         attn_b = 2 * gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_BWD / ctx.memory_bandwidth_Bps
-    local_elems, replicated_elems = _elementwise_elements_per_token(ctx)
-    elems = tokens * (local_elems / t + np.where(sp, replicated_elems / t, replicated_elems))
-    elementwise = elems * ctx.act_bytes / ctx.memory_bandwidth_Bps
-    fwd = gemm + attn_f + elementwise
-    bwd = BACKWARD_TO_FORWARD * (gemm + elementwise) + attn_b
+    lb = elementwise.layer_bytes_per_token(ctx)
+    replicated = np.where(sp, 1.0 / t, 1.0)
+    bw = ctx.memory_bandwidth_Bps
+    # Eager GQA: K and V repeated to the query heads, on the whole gathered sequence under CP (executor/cp.py).
+    gqa = tokens * cp * elementwise.gqa_repeat_bytes_per_token(ctx) / t / bw
+    launch_f, launch_b = fixed_costs.layer_launch_s(ctx)
+    ew_f = tokens * (lb.local_fwd / t + lb.replicated_fwd * replicated) / bw + gqa + launch_f
+    ew_b = tokens * (lb.local_bwd / t + lb.replicated_bwd * replicated) / bw + gqa + launch_b
+    fwd = gemm + attn_f + ew_f
+    bwd = BACKWARD_TO_FORWARD * gemm + ew_b + attn_b
     # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).
     o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
     fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
-    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f)
+    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=np.minimum(gemm, bwd))
 
 
-def head_forward_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """Final norm, LM-head GEMM and fp32 cross-entropy of one micro-batch on the last pipeline chunk."""
+def attention_calls(ctx: CostContext, cp: np.ndarray) -> np.ndarray:
+    """Fused-attention calls per layer and micro-batch on one rank, each paying the kernel's fixed cost.
+
+    Without CP one call. With CP the executor's rank attends its two load-balanced query chunks separately
+    (executor/cp.py `attend_local_chunks`: chunk g against keys [0, (g+1)c), so both chunks together do exactly
+    1/cp of the causal work: c^2 (i + 0.5) + c^2 (2cp - 1 - i + 0.5) = 2cp c^2 = S^2 / (2cp)); ring attention
+    (Megatron-Core / Transformer Engine) runs one partial attention per ring step, cp of them.
+    """
+    cp = np.asarray(cp)
+    per_rank = 2 if runtime_costs(ctx.workload).cp_attention_calls_per_rank == "two" else cp
+    return np.where(cp > 1, per_rank, 1).astype(float)
+
+
+def _head_parts_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(LM-head GEMM forward, loss forward, loss backward) seconds of one micro-batch: the loss moves the
+    runtime's bytes per logit over the V/tp logits of each token (`elementwise.cross_entropy_bytes_per_logit`)."""
     t = tp.astype(float)
     tokens = tokens.astype(float)
     gemm = gemm_time_s(ctx.logits_flops_per_token * tokens / t, ctx.peak_flops, ctx.max_fraction, ctx.half_flops)
-    # Cross-entropy in fp32 over V/tp logits: read logits, write softmax, read for loss (3 passes x 4 bytes).
-    ce = tokens * (ctx.model.vocab_size / t) * 3 * 4 / ctx.memory_bandwidth_Bps
-    return gemm + ce
+    logits = tokens * ctx.model.vocab_size / t
+    ce_f, ce_b = elementwise.cross_entropy_bytes_per_logit(ctx)
+    return gemm, logits * ce_f / ctx.memory_bandwidth_Bps, logits * ce_b / ctx.memory_bandwidth_Bps
+
+
+def head_forward_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Final norm, LM-head GEMM and cross-entropy forward of one micro-batch on the last pipeline chunk."""
+    gemm, ce_f, _ = _head_parts_s(ctx, tokens, tp)
+    return gemm + ce_f
+
+
+def head_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Forward + backward of the LM head and the loss for one micro-batch (GEMM backward 2x its forward)."""
+    gemm, ce_f, ce_b = _head_parts_s(ctx, tokens, tp)
+    return (1 + BACKWARD_TO_FORWARD) * gemm + ce_f + ce_b
 
 
 def embedding_forward_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
     """Embedding lookup: memory-bound gather of h elements per token (vocab-parallel split over tp)."""
     return tokens.astype(float) * ctx.model.hidden_size * ctx.act_bytes * 2 / ctx.memory_bandwidth_Bps
+
+
+def embedding_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Forward + backward of the embedding for one micro-batch on the first pipeline chunk.
+
+    The backward (`embedding_dense_backward`) writes a dense V/tp x h gradient every micro-batch and accumulates it
+    into the parameter's: about 3 x V/tp x h elements moved (docs/cost_sources.md 2.3), on GPUs; CPU runs keep the
+    reference count (their measured overhead is a residual over it)."""
+    fwd = embedding_forward_time_s(ctx, tokens, tp)
+    if ctx.gpu_kind_is_cpu:
+        return fwd * (1 + BACKWARD_TO_FORWARD)
+    dense = 3.0 * ctx.model.vocab_size / tp.astype(float) * ctx.model.hidden_size * ctx.act_bytes
+    return fwd * (1 + BACKWARD_TO_FORWARD) + dense / ctx.memory_bandwidth_Bps
 
 
 def recompute_time_s(recompute: np.ndarray, fwd_s: np.ndarray, attn_s: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 # residual within 0.5 ms of 7-20 ms; reproduce with benchmarks/fit_layer_overhead.py. The same fit leaves no
 # room for element-wise work beyond the itemised passes (the SP rows bound it), so the layer model counts only
 # those. Not applied to CPU profiles, whose plateau is measured in place (benchmarks/measure_cpu_profile.py).
-SUSTAINED_FRACTION_OF_ISOLATED = 0.817
+SUSTAINED_FRACTION_OF_ISOLATED = 0.818
 
 
 def gemm_time_s(flops: np.ndarray | float, peak_flops: float, max_fraction: float, half_flops: float) -> np.ndarray:

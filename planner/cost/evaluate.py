@@ -89,6 +89,7 @@ class LayerCosts:
     tokens: np.ndarray
     u: np.ndarray  # one layer: forward + backward + recompute + exposed in-layer communication
     u_fwd: np.ndarray  # its forward part (with forward communication)
+    u_w: np.ndarray  # its weight-gradient GEMMs (the W pass of zero-bubble schedules)
     u_comp: np.ndarray  # its compute part
     u_tp: np.ndarray
     u_cp: np.ndarray
@@ -119,7 +120,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     counts = ctx.layer_type_counts().astype(float)
     w = counts / counts.sum()
     zeros = np.zeros_like(tokens, dtype=float)
-    u_comp, u_fwd, u_tp, u_cp, u_ep = (zeros.copy() for _ in range(5))
+    u_comp, u_fwd, u_w, u_tp, u_cp, u_ep = (zeros.copy() for _ in range(6))
     dense_params = expert_params = 0.0
     tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
     cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
@@ -130,13 +131,18 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         rec = compute.recompute_time_s(rc, lt_time.fwd_s, attn)
         ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
         ep_b = comm.ep_layer_bwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
-        # CP: the K/V all-gather hides behind the attention core's forward, the gradient reduce-scatter behind
-        # its backward; full recomputation repeats the gather.
-        cp_exp_f = np.maximum(cp_f - attn, 0.0)
-        cp_exp_b = np.maximum(cp_f - (lt_time.bwd_s / np.maximum(lt_time.fwd_s, 1e-30)) * attn, 0.0)
+        # CP: the K/V all-gather before the attention core's forward, the gradient reduce-scatter after its
+        # backward (exposed, or overlapped with it by ring attention: comm.cp_exposed_s); full recomputation
+        # repeats the gather.
+        cp_exp_f = comm.cp_exposed_s(ctx, cp_f, attn)
+        cp_exp_b = comm.cp_exposed_s(ctx, cp_f, (lt_time.bwd_s / np.maximum(lt_time.fwd_s, 1e-30)) * attn)
+        # TP: exposed, or partly hidden behind the GEMMs of the same pass (comm.tp_exposed_s).
+        tp_exp_f = comm.tp_exposed_s(ctx, tp_f, lt_time.wgrad_s, sp, tp)
+        tp_exp_b = comm.tp_exposed_s(ctx, tp_f, 2 * lt_time.wgrad_s, sp, tp)
         u_comp += wk * (lt_time.fwd_s + lt_time.bwd_s + rec)
-        u_fwd += wk * (lt_time.fwd_s + tp_f + cp_exp_f + ep_f)
-        u_tp += wk * tp_f * (2 + full)
+        u_fwd += wk * (lt_time.fwd_s + tp_exp_f + cp_exp_f + ep_f)
+        u_w += wk * lt_time.wgrad_s
+        u_tp += wk * (tp_exp_f * (1 + full) + tp_exp_b)
         u_cp += wk * (cp_exp_f * (1 + full) + cp_exp_b)
         u_ep += wk * (ep_f * (1 + full) + ep_b)
         dense_params += wk * lt.dense_params
@@ -147,9 +153,9 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
     head_f = compute.head_forward_time_s(ctx, tokens, tp)
     return LayerCosts(
-        tokens=tokens, u=u_comp + u_tp + u_cp + u_ep, u_fwd=u_fwd, u_comp=u_comp, u_tp=u_tp, u_cp=u_cp, u_ep=u_ep,
-        emb_f=emb_f, head_f=head_f, e_first=emb_f * (1 + compute.BACKWARD_TO_FORWARD),
-        e_last=head_f * (1 + compute.BACKWARD_TO_FORWARD), dense_params=dense_params, expert_params=expert_params,
+        tokens=tokens, u=u_comp + u_tp + u_cp + u_ep, u_fwd=u_fwd, u_w=u_w, u_comp=u_comp, u_tp=u_tp, u_cp=u_cp,
+        u_ep=u_ep, emb_f=emb_f, head_f=head_f, e_first=compute.embedding_time_s(ctx, tokens, tp),
+        e_last=compute.head_time_s(ctx, tokens, tp), dense_params=dense_params, expert_params=expert_params,
         rs_shard=_coeff_columns(bw, "reduce_scatter", *groups["dp_shard"], world),
         ag_shard=_coeff_columns(bw, "all_gather", *groups["dp_shard"], world),
         ar_rep=_coeff_columns(bw, "all_reduce", *groups["dp_replicate"], world),
@@ -210,6 +216,7 @@ def _work(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.
     return RankWork(
         total_s=n * c(lc.u) + first * c(lc.e_first) + last * c(lc.e_last),
         forward_s=n * c(lc.u_fwd) + first * c(lc.emb_f) + last * c(lc.head_f),
+        weight_grad_s=n * c(lc.u_w),
         compute_s=n * c(lc.u_comp) + (first * c(lc.e_first) + last * c(lc.e_last)),
         tp_s=n * c(lc.u_tp), cp_s=n * c(lc.u_cp), ep_s=n * c(lc.u_ep),
         params=params, layers=n, fwd_window_s=n * c(lc.u_fwd), bwd_window_s=n * c(lc.u - lc.u_fwd),

@@ -63,7 +63,7 @@ def apply(
     """
     if devices_at_full_speed(ctx) is None:
         return step_s, np.zeros_like(step_s)
-    from planner.cost.comm import optimizer_step_s
+    from planner.cost.fixed_costs import optimizer_step_s
 
     world = table["dp"] * table["tp"] * table["pp"] * table["cp"]
     work = microbatches * pipeline_compute_s

@@ -3,7 +3,8 @@
 The schedule figure draws a Gantt chart with the cost model's numbers. They come from the same rank-by-rank
 costing as the plan's prediction (`cost.layout_cost.cost_layout`, then the one assembler `cost.assemble`):
 t_r (forward + backward + recompute of rank r, with its exposed in-layer communication), f_r (its forward
-part), the schedule's makespan and bubble. `StageTimes.check_against` compares them with a plan's breakdown
+part), w_r (the weight-gradient GEMMs inside its backward: the W pass of zero-bubble schedules), the schedule's
+makespan and bubble. `StageTimes.check_against` compares them with a plan's breakdown
 (a plan written by another version of the cost model can differ); tests/unit/test_figures.py asserts they
 agree for every schedule.
 """
@@ -31,12 +32,18 @@ class StageTimes:
     virtual_stages: int
     forward_s: tuple[float, ...]  # f_r: forward compute + exposed in-layer TP/CP/EP communication
     backward_s: tuple[float, ...]  # t_r - f_r: backward (+ recomputation) + its communication
+    weight_grad_s: tuple[float, ...]  # w_r: the weight-gradient GEMMs inside backward_s (zero-bubble W)
     pipeline_s: float  # the cost model's makespan of the pipeline phase (formula, not a simulation)
     bubble_s: float  # pipeline_s - m * max_r t_r
 
     @property
     def total_s(self) -> tuple[float, ...]:
         return tuple(f + b for f, b in zip(self.forward_s, self.backward_s))
+
+    @property
+    def zero_bubble_s(self) -> tuple[float, ...]:
+        """g_r = T_F + T_B - T_W = t_r - 2 w_r per rank: the bubble unit of zero-bubble schedules."""
+        return tuple(t - 2 * w for t, w in zip(self.total_s, self.weight_grad_s))
 
     @property
     def busy_s(self) -> float:
@@ -60,6 +67,7 @@ def stage_times(ctx: CostContext, layout: Layout, rank_layers: list[int]) -> Sta
     row = row_at(layout_to_row(layout), 0)
     res = cost_layout(ctx, row, rank_layers, layout.layer_partition if layout.pp > 1 else None)
     assert res.rank_total_s is not None and res.rank_forward_s is not None and res.pipeline_s is not None
+    assert res.rank_weight_grad_s is not None
     t, f = res.rank_total_s[0].tolist(), res.rank_forward_s[0].tolist()
     return StageTimes(
         schedule=layout.schedule if layout.pp > 1 else "none",
@@ -67,6 +75,7 @@ def stage_times(ctx: CostContext, layout: Layout, rank_layers: list[int]) -> Sta
         virtual_stages=layout.virtual_stages,
         forward_s=tuple(f),
         backward_s=tuple(ti - fi for ti, fi in zip(t, f)),
+        weight_grad_s=tuple(res.rank_weight_grad_s[0].tolist()),
         pipeline_s=float(res.pipeline_s[0]),
         bubble_s=float(res.bubble_s[0]),
     )

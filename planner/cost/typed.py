@@ -73,6 +73,7 @@ class RankCosts:
     gpu_names: list[str]
     layer_s: np.ndarray  # (p, K) one layer: forward + backward + recompute + exposed in-layer communication
     layer_fwd_s: np.ndarray  # (p, K) its forward part
+    layer_w_s: np.ndarray  # (p, K) its weight-gradient GEMMs (the W pass of zero-bubble schedules)
     layer_comp_s: np.ndarray  # (p, K) compute part, then TP, CP, EP parts
     layer_tp_s: np.ndarray
     layer_cp_s: np.ndarray
@@ -92,6 +93,11 @@ class RankCosts:
     @property
     def pp(self) -> int:
         return len(self.gpu_names)
+
+    @property
+    def layer_bubble_s(self) -> np.ndarray:
+        """(p, K) T_F + T_B - T_W of one layer: the zero-bubble schedules' bubble unit (planner.layout.schedules)."""
+        return self.layer_s - 2 * self.layer_w_s
 
 
 def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) -> RankCosts:
@@ -138,7 +144,7 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
         layer_mem[r] = [total(float(lp), 1.0, float(le)) - empty for lp, le in zip(layer_params, layer_experts)]
         cap[r] = c.memory_capacity_bytes
     return RankCosts(
-        row=dict(row), gpu_names=[g.name for g in gpus], layer_s=grid("u"), layer_fwd_s=grid("u_fwd"),
+        row=dict(row), gpu_names=[g.name for g in gpus], layer_s=grid("u"), layer_fwd_s=grid("u_fwd"), layer_w_s=grid("u_w"),
         layer_comp_s=grid("u_comp"), layer_tp_s=grid("u_tp"), layer_cp_s=grid("u_cp"), layer_ep_s=grid("u_ep"),
         extra_s=extra_s, extra_fwd_s=extra_fwd, layer_params=layer_params, layer_expert_params=layer_experts,
         expert_shard=eshard, extra_params=extra_params,
@@ -162,6 +168,7 @@ def evaluate_partition(ctx: CostContext, costs: RankCosts, counts: np.ndarray) -
     work = RankWork(
         total_s=per_rank(costs.layer_s) + costs.extra_s.reshape(1, p),
         forward_s=per_rank(costs.layer_fwd_s) + costs.extra_fwd_s.reshape(1, p),
+        weight_grad_s=per_rank(costs.layer_w_s),
         compute_s=per_rank(costs.layer_comp_s) + costs.extra_s.reshape(1, p),
         tp_s=per_rank(costs.layer_tp_s), cp_s=per_rank(costs.layer_cp_s), ep_s=per_rank(costs.layer_ep_s),
         params=params, layers=layers, fwd_window_s=per_rank(costs.layer_fwd_s),

@@ -99,7 +99,7 @@ def check_for(plan: Plan, target: str, *, replan: bool = False) -> tuple[Plan, l
         raise refused
     elif plan.framework != profile.name:
         w = plan.inputs.workload
-        if (w.runtime, w.overlap_dp_comm) != (profile.runtime, profile.overlap_dp_comm):
+        if w.runtime not in profile.runs_runtimes or w.overlap_dp_comm != profile.overlap_dp_comm:
             overlap = "" if w.overlap_dp_comm == profile.overlap_dp_comm else ", data-parallel overlap differs"
             warnings.append(f"the plan was made for {framework(plan.framework).label()} and costed with its runtime ({w.runtime}); "
                             f"{profile.label()} runs {profile.runtime}{overlap}: re-plan with --replan for its own "

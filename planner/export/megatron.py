@@ -9,7 +9,10 @@ keep it to layouts Megatron builds). Uneven pipeline stages use
 ZeRO: 1 -> --use-distributed-optimizer; 2/3 -> Megatron-FSDP (--data-parallel-sharding-strategy optim_grads /
 optim_grads_params); HSDP -> --num-distributed-optimizer-instances (replicas). The plan was costed with
 data-parallel traffic overlapped: --overlap-grad-reduce (and --overlap-param-gather with a sharded
-optimizer). Context parallelism: --cp-comm-type all_gather (all-gathered K/V, as costed). Models without
+optimizer). Context parallelism: --cp-comm-type p2p (ring attention overlapping each step's K/V exchange with
+attention, Megatron's default and what the megatron runtime costs). TP-communication overlap (the megatron
+runtime's default, `Workload.tp_comm_overlap`): --tp-comm-overlap with sequence parallelism; stage-boundary sends
+overlap compute by default, --no-overlap-p2p-communication where the workload says they block. Models without
 dropout (Llama-style) set --attention-dropout/--hidden-dropout 0 (Megatron's default is 0.1); RoPE models
 state --rotary-base (Megatron's default is 10000). CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication
 kernels in issue order on Hopper and older (Megatron warns without it).
@@ -109,7 +112,12 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.sequence_parallel:
         args.append("--sequence-parallel")
     if lay.cp > 1:
-        args += ["--cp-comm-type", "all_gather"]
+        args += ["--cp-comm-type", "p2p"]  # ring attention, as the megatron runtime costs CP (cost.comm.cp_exposed_s)
+    w = plan.inputs.workload
+    if w.tp_comm_overlap and lay.sequence_parallel and lay.tp > 1:
+        args.append("--tp-comm-overlap")  # "can happen only when sequence parallelism is enabled" (arguments.py)
+    if lay.pp > 1 and lay.virtual_stages > 1 and not w.overlap_pp_comm:
+        args.append("--no-overlap-p2p-communication")
     if lay.ep > 1:
         args += ["--moe-token-dispatcher-type", "alltoall"]  # the all-to-all the cost model's EP term costs
     args += ["--micro-batch-size", str(lay.micro_batch), "--global-batch-size", str(lay.global_batch)]

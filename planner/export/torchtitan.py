@@ -141,6 +141,10 @@ def arguments(plan: Plan, module: str, config: str) -> list[str]:
             "--training.mixed_precision_param", "float32" if w.dtype == "fp32" else "bfloat16"]
     if lay.tp > 1 and not lay.sequence_parallel:
         args.append("--parallelism.no-enable-sequence-parallel")
+    if w.runtime == "pytorch-compile":  # the plan was costed with compiled blocks (cost.runtime)
+        args.append("--compile.enable")
+        if w.tp_comm_overlap and lay.tp > 1 and lay.sequence_parallel:
+            args.append("--compile.enable_async_tensor_parallel")  # async TP: a torch.compile pass
     if lay.zero > 0:
         policy = "never" if lay.zero == 2 else "always" if lay.pp == 1 else "default"
         args += ["--parallelism.fsdp_reshard_after_forward", policy]

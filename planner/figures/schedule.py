@@ -67,9 +67,9 @@ def schedule_data(plan: Plan, ctx: Any = None) -> ScheduleFigureData:
     sched = lay.schedule if p > 1 else ONE_RANK  # one rank: every schedule is m x (F, B)
     split = SCHEDULES[sched].splits_backward
     f = list(st.forward_s)
-    if split:  # B = W = backward / 2, as the cost model's zero-bubble makespan assumes (T_B = T_W)
-        b = [x / 2 for x in st.backward_s]
-        w = list(b)
+    if split:  # B and W as the cost model splits them (compute.LayerTime.wgrad_s)
+        w = list(st.weight_grad_s)
+        b = [x - y for x, y in zip(st.backward_s, w)]
     else:
         b, w = list(st.backward_s), [0.0] * p
     ops = simulate(sched, m, f, b, v=v, weight_grad_s=w if split else None)

@@ -19,15 +19,11 @@ apply the same predicates. A profile adds:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from planner.errors import UserError
 from planner.frameworks import deepspeed, megatron, meshplan, torchtitan, unrestricted
-from planner.frameworks.profile import FrameworkProfile
-from planner.layout.names import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
-
-if TYPE_CHECKING:
-    from planner.workload import Workload
+from planner.frameworks.profile import RUNTIME_FIELDS, FrameworkProfile, runtime_settings
+from planner.layout.names import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, TP_OVERLAP_RUNTIMES
+from planner.layout.workload import Workload
 
 PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (meshplan.PROFILE, torchtitan.PROFILE, megatron.PROFILE,
                                                               deepspeed.PROFILE, unrestricted.PROFILE)}
@@ -49,21 +45,22 @@ def framework(name: str | FrameworkProfile | None) -> FrameworkProfile:
 
 
 def workload_for(profile: FrameworkProfile, workload: Workload) -> Workload:
-    """The workload with the framework's runtime costs, except where the user set them explicitly (a what-if:
-    `Workload(runtime=...)`, `--runtime`, `--no-dp-overlap` win over the framework's own)."""
+    """The workload with the framework's runtime costs (`profile.runtime_settings`), except where the user set
+    them explicitly (a what-if: `Workload(runtime=...)`, `--runtime`, `--no-dp-overlap`, `--tp-comm-overlap` win
+    over the framework's own). A framework's TP-communication overlap applies only on a runtime that has it
+    (an explicit eager runtime under Megatron drops it rather than failing)."""
     if not profile.runtime:  # "any": no runtime of its own
         return workload
-    update = {k: v for k, v in (("runtime", profile.runtime), ("overlap_dp_comm", profile.overlap_dp_comm))
-              if k not in workload.model_fields_set}
-    return workload.model_copy(update=update) if update else workload
+    update = {k: v for k, v in runtime_settings(profile).items() if k not in workload.model_fields_set}
+    if update.get("tp_comm_overlap") and update.get("runtime", workload.runtime) not in TP_OVERLAP_RUNTIMES:
+        del update["tp_comm_overlap"]
+    return Workload.model_validate({**workload.model_dump(exclude_unset=True), **update}) if update else workload
 
 
 def without_runtime(workload: Workload) -> Workload:
     """The workload with its runtime costs unset, so the next framework's apply (re-planning a plan made for
     another framework, whose recorded runtime was that framework's)."""
-    from planner.workload import Workload
-
-    return Workload(**workload.model_dump(exclude={"runtime", "overlap_dp_comm"}))
+    return Workload(**workload.model_dump(exclude=set(RUNTIME_FIELDS)))
 
 
 __all__ = ["DEFAULT", "NAMES", "PROFILES", "FrameworkProfile", "framework", "without_runtime", "workload_for"]

@@ -24,6 +24,6 @@ PROFILE = FrameworkProfile(
     ep="deepspeed.moe ep_size groups inside the data-parallel ranks",
     runtime="pytorch",
     overlap_dp_comm=True,
-    fused_elementwise="eager PyTorch kernels",
+    fused_elementwise="eager PyTorch kernels (runtime pytorch)",
     export_target="deepspeed",
 )

@@ -8,7 +8,8 @@ layers must be the same" under pp > 1, i.e. edp == dp, i.e. cp == ep; num_distri
 must divide dp*cp and edp); megatron/training/arguments.py (--recompute-granularity selective recomputes
 the attention core, core_attn, as Korthikanti et al. 2022; schedules: 1F1B and interleaved 1F1B only;
 --use-distributed-optimizer shards the optimizer over dp x cp; Megatron-FSDP for ZeRO-2/3; --cp-comm-type
-all_gather is the cost model's all-gathered K/V). The rules read from them (megatron.dp-outer-order,
+p2p, the default, is the ring attention the megatron runtime costs; --tp-comm-overlap "can happen only when
+sequence parallelism is enabled"; --overlap-p2p-communication is on unless --no-overlap-p2p-communication). The rules read from them (megatron.dp-outer-order,
 .hsdp-ep, .dtype, its schedules and mesh orders) are in `planner.layout.framework_rules`.
 """
 
@@ -21,11 +22,15 @@ PROFILE = FrameworkProfile(
     title="Megatron-LM",
     release="core_v0.19.0",
     pip="pip install megatron-core==0.19.0  (plus a Megatron-LM core_v0.19.0 checkout for pretrain_gpt.py)",
-    cp="--cp-comm-type all_gather: all-gathered K/V (Transformer Engine attention)",
+    cp="--cp-comm-type p2p: ring attention, each step's K/V exchange overlapped with attention (Transformer Engine)",
     ep="EP groups inside DP x CP (expert tensor parallel = tp); EP's data-parallel group is dp*cp/ep",
     runtime="megatron",
     overlap_dp_comm=True,
-    fused_elementwise="fused kernels (Transformer Engine / Apex when installed; eager otherwise)",
+    # --tp-comm-overlap (Transformer Engine userbuffers; needs sequence parallelism, so it applies to layouts with
+    # it) and --overlap-p2p-communication (on by default in core_v0.19: only --no-overlap-p2p-communication exists)
+    tp_comm_overlap=True,
+    overlap_pp_comm=True,
+    fused_elementwise="fused kernels (Transformer Engine / Apex; runtime megatron)",
     export_target="megatron",
     caveats=(
         caveat("megatron", "optimizer-shard", ("cp", "zero", "dp", "dp_shard"),

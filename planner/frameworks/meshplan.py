@@ -18,6 +18,6 @@ PROFILE = FrameworkProfile(
     ep="ep consecutive ranks of dp_replicate x dp_shard x cp in the plan's axis order (planner.layout.expert_groups)",
     runtime="pytorch",
     overlap_dp_comm=True,
-    fused_elementwise="eager PyTorch kernels (no torch.compile)",
+    fused_elementwise="eager PyTorch kernels, no torch.compile (runtime pytorch)",
     export_target="torchrun",
 )

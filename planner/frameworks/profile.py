@@ -47,16 +47,29 @@ class FrameworkProfile:
     ep: str
     """How expert-parallel groups are formed ('' when the framework has none)."""
     runtime: str
-    """`Workload.runtime` the framework's costs correspond to (gradient reduction under PP)."""
+    """`Workload.runtime` the framework runs by default (what its plans are costed with unless the workload sets
+    another: `planner.cost.runtime` holds what each runtime executes beyond the GEMMs)."""
     overlap_dp_comm: bool
     """Whether DP/FSDP collectives overlap with compute (`Workload.overlap_dp_comm`)."""
     fused_elementwise: str
-    """How non-GEMM work runs (eager kernels or compiled/fused); stated, costed through the calibrated
-    per-layer overhead of the GPU profile, the same for every framework today."""
+    """How non-GEMM work runs (eager kernels or compiled/fused), as its runtimes cost it."""
     export_target: str
     """`planner.export` target that writes this framework's config."""
     caveats: tuple[Rule, ...] = ()
     """Where the framework runs a layout differently from how it was costed (`Rule.holds` False there)."""
+    runtimes: tuple[str, ...] = ()
+    """Every `Workload.runtime` the framework can run as (its exporter sets the switch, e.g. TorchTitan's
+    --compile.enable); empty: only `runtime`."""
+    tp_comm_overlap: bool = False
+    """Whether its plans pipeline TP collectives with their GEMMs by default (`Workload.tp_comm_overlap`; the
+    exporter writes the framework's switch)."""
+    overlap_pp_comm: bool = True
+    """Whether interleaved stage-boundary sends overlap compute where the runtime can (`Workload.overlap_pp_comm`)."""
+
+    @property
+    def runs_runtimes(self) -> tuple[str, ...]:
+        """The runtimes the framework runs as, its default first."""
+        return (self.runtime, *(r for r in self.runtimes if r != self.runtime)) if self.runtime else ()
 
     # What it runs: read from the rule set ----------------------------------------------------------
     @property
@@ -88,7 +101,7 @@ class FrameworkProfile:
             features["cp"] = 1
         if not self.ep:
             features["ep"] = 1
-        return {"features": features, "workload": {"overlap_dp_comm": self.overlap_dp_comm, "runtime": self.runtime}}
+        return {"features": features, "workload": runtime_settings(self)}
 
     def label(self) -> str:
         return f"{self.title} {self.release}".strip()
@@ -114,10 +127,20 @@ class FrameworkProfile:
         return [f"{self.title}: {text}" for _, text in found]
 
 
+def runtime_settings(profile: FrameworkProfile) -> dict[str, Any]:
+    """The `Workload` fields a framework sets (its runtime costs): runtime, DP/TP/PP overlap."""
+    return {"runtime": profile.runtime, "overlap_dp_comm": profile.overlap_dp_comm,
+            "tp_comm_overlap": profile.tp_comm_overlap, "overlap_pp_comm": profile.overlap_pp_comm}
+
+
+RUNTIME_FIELDS = ("runtime", "overlap_dp_comm", "tp_comm_overlap", "overlap_pp_comm")
+"""`Workload` fields that are a framework's runtime costs (`runtime_settings`)."""
+
+
 def caveat(framework: str, name: str, columns: tuple[str, ...], costed_as_run, says) -> Rule:
     """A caveat of `framework`: `costed_as_run(columns, facts)` is False where it runs the layout differently."""
     return Rule(f"{framework}.{name}", columns, (), costed_as_run, says, "", "a difference from the costing, not a "
                 "refusal", frozenset({framework}))
 
 
-__all__ = ["FrameworkProfile", "caveat"]
+__all__ = ["RUNTIME_FIELDS", "FrameworkProfile", "caveat", "runtime_settings"]

@@ -24,8 +24,10 @@ PROFILE = FrameworkProfile(
     cp="PyTorch context_parallel: SDPA with all-gathered K/V (rotate method allgather), head-tail load balancing",
     ep="EP borrows ranks from dp_shard x cp x tp (efsdp = dp_shard*cp*tp/ep); experts are not split by TP",
     runtime="pytorch",
+    runtimes=("pytorch", "pytorch-compile"),
     overlap_dp_comm=True,
-    fused_elementwise="eager by default; --compile.enable fuses element-wise work (not costed separately)",
+    fused_elementwise="eager by default (runtime pytorch); --compile.enable fuses the element-wise work of every "
+    "block (runtime pytorch-compile, with async TP under --tp-comm-overlap)",
     export_target="torchtitan",
     caveats=(
         caveat("torchtitan", "cp-shard", ("cp", "zero", "dp_shard"), lambda c, f: ~((c["cp"] > 1) & (c["zero"] > 0)),

@@ -149,8 +149,10 @@ def zero_options(dp: np.ndarray, pp: np.ndarray, facts: Facts, pins: Mapping[str
     Searched: ZeRO-0 unsharded, ZeRO-1/2 over all of DP, ZeRO-3 over every group size dividing DP (HSDP trades
     gather bandwidth for memory there); a pinned dp_shard is the only size tried. With pp > 1, ZeRO-2 and
     ZeRO-3 keep ZeRO-1's memory (the pipeline schedule holds gradients and gathered weights until the step's
-    reduction) at ZeRO-1's or more communication, so they are dominated where ZeRO-1 is valid and searched
-    only when pinned; a framework without ZeRO-1 (TorchTitan) has them searched."""
+    reduction) at ZeRO-1's or more communication, so they are dominated where ZeRO-1 is valid with the same
+    sharding group (all of DP) and searched only when pinned; ZeRO-3's HSDP groups (dp_shard < dp) have no
+    ZeRO-1 twin and stay (with overlap interference priced, the brute-force oracle found an HSDP ZeRO-3
+    pipeline faster than any ZeRO-1 one); a framework without ZeRO-1 (TorchTitan) has them all searched."""
     cols: dict[str, list[int]] = {"dp": [], "pp": [], "zero": [], "dp_shard": []}
     owner = []
     shard_pin = pins.get("dp_shard")
@@ -172,6 +174,7 @@ def zero_options(dp: np.ndarray, pp: np.ndarray, facts: Facts, pins: Mapping[str
     for j in np.nonzero(ok)[0].tolist():
         z, i = int(table["zero"][j]), owner[j]
         if (z >= 2 and int(table["pp"][j]) > 1 and prune_dominated and i in zero1_valid
+                and int(table["dp_shard"][j]) == int(table["dp"][j])
                 and not ("zero" in pins and allowed(pins, "zero", z))):
             continue
         out[i].append((z, int(table["dp_shard"][j])))

@@ -26,7 +26,7 @@ import numpy as np
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
 from planner.layout.names import DEFAULT_MESH_AXES, RECOMPUTE_NAMES
 from planner.layout.rule import TRAITS, Columns, Rule
-from planner.layout.schedules import BY_CODE, SCHEDULES, missing_in, name_in
+from planner.layout.schedules import BY_CODE, SCHEDULES, ScheduleCode, missing_in, name_in
 from planner.layout.table import MESH_ORDERS, SEARCHED_ORDERS, axis_sizes
 
 ORDER = ",".join  # an axis order as users write it: pp,dp_replicate,dp_shard,cp,tp
@@ -228,6 +228,12 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
          "does not divide its sharding group x cp, so the expert mesh would span data-parallel replicas (a mesh "
          "dimension of size 0 in build_mesh)", "shard over more ranks (a larger FSDP group, not HSDP/ZeRO-0) or use "
          "a smaller ep", "ParallelDims: EP borrows ranks from dp_shard x cp x tp", TORCHTITAN),
+    Rule("torchtitan.zb-compile", ("sched", "pp"), ("runtime",),
+         lambda c, f: (c["pp"] == 1) | (c["sched"] != ScheduleCode.ZB_H1) | (f.runtime != "pytorch-compile"),
+         lambda r, f: "TorchTitan under torch.compile (runtime pytorch-compile) cannot run the zero-bubble schedule: "
+         "PyTorch's ScheduleInterleavedZeroBubble refuses compiled stages (\"we don't support input/weight backward "
+         "split with torch.compile\", _check_torch_compile_compatibility)", "use schedule 1f1b or interleaved, or "
+         "runtime pytorch (eager)", "torch/distributed/pipelining/schedules.py (torch 2.14)", TORCHTITAN),
     Rule("torchtitan.ep-tp", ("ep", "tp"), ("num_experts",),
          lambda c, f: (c["ep"] == 1) | (c["tp"] == 1) | (f.num_experts % (c["ep"] * c["tp"]) == 0),
          lambda r, f: f"TorchTitan does not split experts by TP: EP borrows the TP ranks, so expert_parallel_degree = "

@@ -29,3 +29,12 @@ DEFAULT_FRAMEWORK = "meshplan"
 ANY_FRAMEWORK = "any"
 """No framework's rules, only the generic ones: the cost model's whole space, for what-if studies of software
 meshplan has no profile for (Python API only)."""
+
+RUNTIME_NAMES: tuple[str, ...] = ("pytorch", "pytorch-compile", "megatron")
+"""Training stacks the cost model knows (`Workload.runtime`, `--runtime`): eager PyTorch (meshplan run, TorchTitan
+without compile), PyTorch with its blocks under torch.compile (TorchTitan's compile.enable) and Megatron-Core.
+What each one executes beyond the GEMMs is in `planner.cost.runtime` (one table of traits per name)."""
+DEFAULT_RUNTIME = "pytorch"
+TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
+"""Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
+a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""

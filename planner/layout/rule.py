@@ -57,6 +57,7 @@ class Facts:
     seq_len: int | None = None
     global_batch: int | None = None
     dtype: str | None = None  # Workload.dtype
+    runtime: str | None = None  # Workload.runtime
     num_gpus: int | None = None
 
     @classmethod
@@ -71,7 +72,8 @@ class Facts:
                        max_seq_len=model.max_seq_len, traits=traits_of(model),
                        model_name=getattr(model, "name", None) or "the model")
         if workload is not None:
-            out.update(seq_len=workload.seq_len, global_batch=workload.batch, dtype=workload.dtype)
+            out.update(seq_len=workload.seq_len, global_batch=workload.batch, dtype=workload.dtype,
+                       runtime=getattr(workload, "runtime", None))
         return cls(**out)
 
 

@@ -6,12 +6,14 @@ flight), the layer-partition model (its linear objective), the search (which sch
 executor (the torch.distributed.pipelining class). Adding a schedule: docs/adding_a_pipeline_schedule.md.
 
 Makespan of the pipeline phase with m micro-batches, per-micro-batch times t_r (forward + backward +
-recompute of rank r's chunks, communication inside layers included) and forward times f_r (Narayanan et al.
-2021 Sec. 2.2, generalised to unequal stages):
+recompute of rank r's chunks, communication inside layers included) and zero-bubble units g_r = t_r - 2 w_r
+(w_r: the weight-gradient GEMMs inside t_r, the W pass; Narayanan et al. 2021 Sec. 2.2, generalised to
+unequal stages):
   GPipe, 1F1B:  sum_r t_r + (m - 1) * max_r t_r             (bubble (p-1)/m of the ideal for equal stages)
   interleaved:  m * max_r t_r + (sum_r t_r - max_r t_r) / v   (bubble divided by v, Sec. 2.2.2)
-  ZB-H1:        m * max_r t_r + (sum_r f_r - max_r f_r)       (Qi et al. 2023 Sec. 3: bubble (p-1)(T_F + T_B - T_W)
-                                                             with T_B = T_W, i.e. only forward times)
+  ZB-H1:        m * max_r t_r + (sum_r g_r - max_r g_r)       (Qi et al. 2023 Sec. 3: bubble (p-1)(T_F + T_B - T_W);
+                                                             g_r = T_F + T_B - T_W: attention and element-wise
+                                                             backward and recomputation stay in B, compute.LayerTime)
 and m * t_0 for one pipeline rank (every schedule is the same loop then). Each is m * max_r t_r plus a bubble
 >= 0. The same formulas work on numpy columns (one row per layout) and on Python floats.
 
@@ -53,16 +55,16 @@ class ScheduleCode(IntEnum):
     ZB_H1 = 3
 
 
-def _one_f_one_b_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, f_max: Array, f_sum: Array) -> Array:
+def _one_f_one_b_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array) -> Array:
     return t_sum + (m - 1) * t_max
 
 
-def _interleaved_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, f_max: Array, f_sum: Array) -> Array:
+def _interleaved_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array) -> Array:
     return m * t_max + (t_sum - t_max) / v
 
 
-def _zb_h1_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, f_max: Array, f_sum: Array) -> Array:
-    return m * t_max + (f_sum - f_max)
+def _zb_h1_makespan(m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array) -> Array:
+    return m * t_max + (g_sum - g_max)
 
 
 def _all_microbatches(r: Array, p: Array, v: Array, m: Array) -> Array:
@@ -88,9 +90,9 @@ class PipelineSchedule:
     title: str
     """Display name."""
     makespan_formula: Callable[..., Array]
-    """(m, v, t_max, t_sum, f_max, f_sum) -> pipeline-phase seconds for pp > 1 (module docstring)."""
+    """(m, v, t_max, t_sum, g_max, g_sum) -> pipeline-phase seconds for pp > 1 (module docstring)."""
     objective: Callable[[int, int], tuple[int, int, int, int]]
-    """(m, v) -> integer (a, b, c, d): makespan = (a * t_max + b * sum t + c * (sum f - max f)) / d, for pp > 1
+    """(m, v) -> integer (a, b, c, d): makespan = (a * t_max + b * sum t + c * (sum g - max g)) / d, for pp > 1
     (the linear form the layer-partition model minimises in integer units)."""
     inflight_formula: Callable[..., Array]
     """(rank, pp, v, m) -> micro-batches in flight on that rank for pp > 1, before the cap at m."""
@@ -120,10 +122,10 @@ class PipelineSchedule:
     """A schedule with the same makespan and no more memory: the search lists this one only when asked for."""
     source: str = ""
 
-    def makespan(self, m: float, v: float, t_max: float, t_sum: float, f_max: float, f_sum: float,
+    def makespan(self, m: float, v: float, t_max: float, t_sum: float, g_max: float, g_sum: float,
                  pp: int) -> float:
         """Pipeline-phase seconds of one layout (module docstring); m * t_max when pp == 1."""
-        return m * t_max if pp == 1 else self.makespan_formula(m, v, t_max, t_sum, f_max, f_sum)
+        return m * t_max if pp == 1 else self.makespan_formula(m, v, t_max, t_sum, g_max, g_sum)
 
     def inflight(self, rank: Array, pp: Array, v: Array, m: Array) -> Array:
         """Micro-batches whose activations `rank` holds at its peak for pp > 1, before the cap at m."""
@@ -213,12 +215,12 @@ def by_code(codes: np.ndarray, per_schedule: Callable[[PipelineSchedule], Array]
     return np.select([codes == s.code for s in BY_CODE], [per_schedule(s) for s in BY_CODE], 0.0)
 
 
-def makespan(codes: np.ndarray, m: Array, v: Array, t_max: Array, t_sum: Array, f_max: Array, f_sum: Array,
+def makespan(codes: np.ndarray, m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array,
              pp: Array) -> np.ndarray:
     """Pipeline-phase seconds of every row, by its schedule code (module docstring)."""
     import numpy as np
 
-    value = by_code(codes, lambda s: s.makespan_formula(m, v, t_max, t_sum, f_max, f_sum))
+    value = by_code(codes, lambda s: s.makespan_formula(m, v, t_max, t_sum, g_max, g_sum))
     return np.where(np.asarray(pp) == 1, m * t_max, value)
 
 

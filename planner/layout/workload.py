@@ -18,9 +18,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.layout.names import DEFAULT_GLOBAL_BATCH_SEQS, DEFAULT_SEQ_LEN
+from planner.layout.names import (
+    DEFAULT_GLOBAL_BATCH_SEQS,
+    DEFAULT_RUNTIME,
+    DEFAULT_SEQ_LEN,
+    RUNTIME_NAMES,
+    TP_OVERLAP_RUNTIMES,
+)
 
 DType = Literal["bf16", "fp16", "fp32", "fp8"]
+Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
@@ -46,13 +53,27 @@ class Workload(BaseModel):
         "Megatron --overlap-grad-reduce/--overlap-param-gather). False models a framework that reduces after the "
         "last backward, like Megatron-LM's 2021 local DDP.",
     )
-    runtime: Literal["pytorch", "megatron"] = Field(
-        "pytorch",
-        description="Training stack the plan runs on. pytorch (meshplan run, TorchTitan): FSDP2/DDP with "
+    overlap_pp_comm: bool = Field(
+        True,
+        description="Where the runtime can (megatron, interleaved schedule), stage-boundary sends overlap the next "
+        "chunk's compute (Megatron --overlap-p2p-communication, on by default in Megatron-Core since 2024). False "
+        "models a release or framework that blocks on them (Megatron-LM before 2024, DeepSpeed's pipeline engine).",
+    )
+    runtime: Runtime = Field(
+        DEFAULT_RUNTIME,
+        description="Training stack the plan runs on. pytorch: eager PyTorch as meshplan run and TorchTitan "
+        "without compile execute it (one kernel per op, fp32 RoPE and loss copies, foreach AdamW), FSDP2/DDP with "
         "torch.distributed.pipelining, whose schedules reduce gradients once after the last backward (exposed) "
-        "and keep ZeRO-2/3 gradients and weights unsharded until then. megatron (Megatron-Core): the "
-        "distributed optimizer overlaps the gradient reduce-scatter with the last micro-batch's backward under "
-        "pipeline parallelism too.",
+        "and keep ZeRO-2/3 gradients and weights unsharded until then. pytorch-compile: the same stack with each "
+        "block under torch.compile (fused element-wise kernels, fused AdamW: TorchTitan's compile.enable). "
+        "megatron (Megatron-Core): fused kernels, the distributed optimizer overlaps the gradient reduce-scatter "
+        "with the last micro-batch's backward under pipeline parallelism too.",
+    )
+    tp_comm_overlap: bool = Field(
+        False,
+        description="Tensor-parallel collectives are pipelined with the GEMMs that produce or consume them "
+        "(Megatron --tp-comm-overlap, PyTorch async TP under torch.compile). Both need sequence parallelism, so it "
+        "applies to layouts with it; not available on the eager pytorch runtime.",
     )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
@@ -60,6 +81,11 @@ class Workload(BaseModel):
 
     @model_validator(mode="after")
     def _normalise(self) -> Workload:
+        if self.tp_comm_overlap and self.runtime not in TP_OVERLAP_RUNTIMES:
+            raise ValueError(
+                "tp_comm_overlap needs runtime 'pytorch-compile' (PyTorch async TP is a torch.compile pass) or "
+                f"'megatron' (--tp-comm-overlap); the {self.runtime!r} runtime runs TP collectives unpipelined"
+            )
         if self.global_batch is None and self.global_batch_tokens is None:
             object.__setattr__(self, "global_batch", DEFAULT_GLOBAL_BATCH_SEQS)
         if self.global_batch_tokens is not None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from planner.plan.schema import (
         SCHEMA_VERSION,
         Breakdown,
+        ErrorBand,
         Plan,
         PlanInputs,
         Prediction,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
         peak_flops_of_ranks,
     )
 
-__all__ = ["SCHEMA_VERSION", "Breakdown", "Plan", "PlanInputs", "Prediction", "RankPlacement", "StageMemory",
+__all__ = ["SCHEMA_VERSION", "Breakdown", "ErrorBand", "Plan", "PlanInputs", "Prediction", "RankPlacement", "StageMemory",
            "peak_flops_of_ranks"]
 
 

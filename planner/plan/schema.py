@@ -21,8 +21,9 @@ from planner.layout import Layout, Workload
 from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from planner.model import ModelSpec
 
-SCHEMA_VERSION = 1
-"""Bump on any incompatible change to the Plan JSON; readers refuse newer versions with a clear message."""
+SCHEMA_VERSION = 2
+"""Bump on any incompatible change to the Plan JSON; readers refuse newer versions with a clear message.
+2: `prediction.error_band` and `prediction.extrapolations` (plans of version 1 load with them empty)."""
 
 
 def fingerprint(data: Any) -> str:
@@ -122,6 +123,24 @@ class Breakdown(_Frozen):
         )
 
 
+class ErrorBand(_Frozen):
+    """Where real step times fell relative to the prediction on the validated runs that share this plan's
+    features (planner.validation.bands): real = predicted x (1 + deviation), deviation in [low, high]."""
+
+    low: float = Field(gt=-1, description="Smallest deviation of a comparable validated run (1; -0.05 = 5 % faster "
+                       "than predicted).")
+    high: float = Field(gt=-1, description="Largest deviation of a comparable validated run (1; 0.10 = 10 % slower "
+                        "than predicted).")
+    runs: int = Field(ge=0, description="How many validated runs the band rests on.")
+    basis: str = Field(description="Which runs: the features they share with this plan.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ErrorBand:
+        if self.low > self.high:
+            raise ValueError(f"error_band low={self.low} is above high={self.high}")
+        return self
+
+
 class Prediction(_Frozen):
     """What the cost model predicts for one step of the layout."""
 
@@ -137,6 +156,15 @@ class Prediction(_Frozen):
     breakdown: Breakdown
     bubble_fraction: float = Field(0.0, ge=0, le=1, description="Pipeline bubble time / step time (fraction).")
     idle_gpus: int = Field(0, ge=0, description="GPUs of the cluster the layout leaves unused.")
+    error_band: ErrorBand | None = Field(None, description="How far real step times fell from predictions on "
+                                         "comparable validated runs; null in plans written before schema 2.")
+    extrapolations: tuple[str, ...] = Field((), description="Knobs of this plan outside every validated run, one "
+                                            "sentence each; empty when the plan lies inside the validated envelope.")
+
+    @property
+    def pessimistic_step_time_s(self) -> float:
+        """The step time at the band's upper end (the step time itself without a band)."""
+        return self.step_time_s * (1 + self.error_band.high) if self.error_band else self.step_time_s
 
 
 class Plan(_Frozen):

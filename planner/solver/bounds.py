@@ -6,15 +6,32 @@ Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs 
          kernel reaches (the GEMM plateau or the fused attention kernel's efficiency, whichever is higher);
   memory its model states with everything sharded (ZeRO-3 over all of DP) plus the reserve.
 
-Micro-batch bound (shape, micro_batch), the pipeline's own makespan: with m micro-batches and per-micro-batch
-rank times t_r, every schedule of the registry (planner.layout.schedules) takes at least m * max_r t_r (GPipe
-and 1F1B add sum_r t_r - max_r t_r, interleaved (sum - max) / v, ZB-H1 sum_r f_r - max_r f_r, all >= 0), and
-with m < pp only the schedules that need no micro-batch per rank are valid (GPipe, sum_r t_r + (m - 1) max_r t_r). A rank's time is at least its
-layers' forward + backward compute (no recomputation, the faster of SP on or off) plus the TP all-reduces
-that nothing hides (two forward volumes per layer and micro-batch, comm.tp_layer_fwd_s), plus the embedding
-on rank 0 and the head on the last. max_r t_r is at least the exact min-max split of those lower per-layer
-times (`partition.balanced_split`; the min-max makespan only grows with the layer and end times). Left out
-(each >= 0): CP and EP exposure, recomputation, PP transfers, DP/FSDP exposure, the optimizer step.
+Micro-batch bound (shape, micro_batch): the pipeline's own makespan, its stage-boundary transfers and the
+optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster
+of SP on or off) plus the TP collectives that nothing hides (two forward volumes per layer and micro-batch,
+comm.tp_layer_fwd_s; with TP overlap the part comm.tp_exposed_s leaves with SP, the least any layout can
+expose) and the CP exchange as exposed as the runtime leaves it beside the longest attention window
+(comm.cp_exposed_s), plus the embedding on rank 0 and the head on the last. So every per-rank time t_r and
+zero-bubble unit g_r = t_r - 2 w_r has a lower bound, and so have sum_r t_r (every layer counted once),
+sum_r g_r and max_r t_r (the exact min-max split of the lower per-layer times, `partition.balanced_split`;
+the min-max makespan only grows with the layer and end times). Every registry makespan grows with t_max,
+t_sum and g_sum and shrinks with g_max (planner.layout.schedules), and g_max <= t_max, so each schedule's
+formula at (t_max, t_sum, g_max := t_max, g_sum) bounds it; schedules that need a micro-batch per rank are
+left out when m < pp. To it each schedule adds its stage-boundary transfers (comm.pp_exposed_s, with an
+unbounded overlap window and the capacity-only p2p cost of the pipeline groups, `Topology.
+axis_collective_bound`, over the orders the search can build); the bound is the least over the schedules
+(and virtual-stage counts) the pins allow. The optimizer step adds at least that of a rank holding 1/pp of
+the parameters sharded over all of DP (fixed_costs.optimizer_step_s grows with the parameters held).
+Left out (each >= 0): EP exposure, recomputation, DP/FSDP exposure (bounded per row below).
+
+Row bound before evaluation (`dp_bound_s`): once a row's ZeRO stage, sharding group and mesh order are known,
+its exposed DP/FSDP time has a lower bound from the one DP formula (comm.dp_time_s) for a rank with 1/pp of the
+parameters (the busiest holds at least as many), overlap windows without limit, the smallest first-bucket
+share and its groups at their capacity-only bandwidth without latency (each only lowers the exposure; what
+cannot hide, such as PyTorch's step reduction after a pipeline's last backward, stays). Added to the row's
+(shape, micro-batch) bound, which leaves DP out, it lets exact.py skip rows before evaluating them; so does a
+row whose model states alone (`state_memory_bound_bytes`: its ZeRO stage and sharding group, 1/pp of the
+parameters) exceed the GPU.
 
 Row bound (`optimistic_bw`): the table evaluated with DP and PP collectives at a capacity-only cost that is
 never slower than the topology's (`Topology.axis_collective_bound`), everything else exact.
@@ -30,14 +47,14 @@ import weakref
 
 import numpy as np
 
-from planner.cost import comm, compute
+from planner.cost import comm, compute, fixed_costs
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.memory import reserve_bytes
+from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
-from planner.layout.schedules import SCHEDULES
-from planner.layout.table import axis_strides
-from planner.solver.space import Pins
+from planner.layout.schedules import SCHEDULES, by_code
+from planner.layout.table import SEARCHED_ORDERS, axis_strides
+from planner.solver.space import Pins, SearchLimits
 
 SAFETY = 1.0 - 1e-9  # bounds are scaled down by this so float rounding never prunes the optimum
 
@@ -85,31 +102,83 @@ def _distinct_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse
 
 
-def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world):
-    """Per row: (layer time u, embedding end e0, head end el) lower bounds per micro-batch."""
+def _cp_allgather_coeffs(bw: AxisBandwidth, tp: np.ndarray, cp: np.ndarray, world: np.ndarray, pins: Pins):
+    """CP all-gather (a, b) columns as `cost.evaluate` reads them: the axis just outside TP (stride tp) in every
+    searched order. A pinned order with another axis between cp and tp gets (0, 0), which keeps the bound valid."""
+    order = tuple(pins.get("mesh_axes") or SEARCHED_ORDERS[0])
+    if order[order.index("cp") + 1:] != ("tp",):
+        zero = np.zeros(len(tp))
+        return zero, zero
+    return bw.columns("all_gather", cp, tp, world)
+
+
+def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world, cp_world):
+    """Per row: (layer time u, layer zero-bubble unit u - 2 u_w, embedding end e0, head end el) lower bounds per
+    micro-batch."""
     tokens = (mb * ctx.workload.seq_len / cp).astype(float)
     counts = ctx.layer_type_counts().astype(float)
-    u = np.zeros(len(tp))
+    u, ug = np.zeros(len(tp)), np.zeros(len(tp))
+    tp_f = np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
+    cp_f = np.where(cp > 1, comm.cp_layer_fwd_s(ctx, _cp_allgather_coeffs(bw, tp, cp, cp_world, pins), tokens, tp, cp),
+                    0.0)
+    on = np.ones(len(tp), dtype=bool)
     for wk, lt in zip(counts / counts.sum(), ctx.layer_types):
         both = [compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, np.full(len(tp), sp)) for sp in (True, False)]
-        u += wk * np.minimum(*(t.fwd_s + t.bwd_s for t in both))
-    u += 2 * np.where(tp > 1, comm.tp_layer_fwd_s(ctx, _tp_allreduce_coeffs(bw, tp, world, pins), tokens), 0.0)
-    e0 = compute.embedding_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
-    el = compute.head_forward_time_s(ctx, tokens, tp) * (1 + compute.BACKWARD_TO_FORWARD)
-    return u, e0, el
+        # TP traffic of the forward and backward passes, as exposed as the workload's TP overlap leaves it with
+        # sequence parallelism (never more exposed than without it).
+        gemm = both[0].wgrad_s
+        tp_exposed = comm.tp_exposed_s(ctx, tp_f, gemm, on, tp) + comm.tp_exposed_s(ctx, tp_f, 2 * gemm, on, tp)
+        # CP exchange beside the attention core of each pass (evaluate.layer_costs), the least over SP.
+        cp_exposed = np.minimum(*(comm.cp_exposed_s(ctx, cp_f, t.attn_fwd_s)
+                                  + comm.cp_exposed_s(ctx, cp_f, t.bwd_s / np.maximum(t.fwd_s, 1e-30) * t.attn_fwd_s)
+                                  for t in both))
+        u += wk * (np.minimum(*(t.fwd_s + t.bwd_s for t in both)) + tp_exposed + cp_exposed)
+        ug += wk * (np.minimum(*(t.fwd_s + t.bwd_s - 2 * t.wgrad_s for t in both)) + tp_exposed + cp_exposed)
+    e0 = compute.embedding_time_s(ctx, tokens, tp)
+    el = compute.head_time_s(ctx, tokens, tp)
+    return u, ug, e0, el
+
+
+def _p2p_transfer_bound_s(ctx: CostContext, pins: Pins, mb, tp, cp, pp, dp) -> np.ndarray:
+    """Per row, a lower bound of one stage-boundary transfer (comm.pp_p2p_s): the capacity-only p2p cost of the
+    pipeline groups, the least over the orders the search can build (the pinned one, else the searched ones).
+    A pinned order that puts one data axis inside pp (stride unknown here) gets no link cost."""
+    orders = [tuple(pins.get("mesh_axes"))] if pins.get("mesh_axes") is not None else list(SEARCHED_ORDERS)
+    sizes = {"tp": tp, "cp": cp, "dp": dp}
+    view = AxisBandwidth(_bound_topology(ctx.topology))
+    tokens = (mb * ctx.workload.seq_len / cp).astype(float)
+    sp = tp > 1  # the message is split by TP whenever tp > 1 (scatter/gather), as with SP
+    world = tp * cp * pp * dp
+    best = np.full(len(tp), np.inf)
+    for order in orders:
+        inside = set(order[order.index("pp") + 1:])
+        if len(inside & {"dp_replicate", "dp_shard"}) == 1:
+            coeffs = (np.zeros(len(tp)), np.zeros(len(tp)))
+        else:
+            stride = np.ones_like(tp)
+            for axis in ("tp", "cp"):
+                stride = stride * np.where(axis in inside, sizes[axis], 1)
+            stride = stride * np.where("dp_shard" in inside, dp, 1)
+            coeffs = view.columns("p2p", pp, stride, world)
+        best = np.minimum(best, comm.pp_p2p_s(ctx, coeffs, tokens, tp, sp))
+    return best
 
 
 def micro_batch_bounds(
-    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb
+    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb, limits: SearchLimits | None = None
 ) -> np.ndarray:
-    """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring)."""
+    """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring);
+    `limits` bounds the virtual stages tried (default `SearchLimits()`)."""
+    limits = limits or SearchLimits()
     m = (ctx.workload.batch // (dp * mb)).astype(float)
     # A layer's bound depends on (micro-batch, tp, cp, ep) and, through the TP all-reduce, on the ranks in use
     # where tp does not tile the cluster (AxisBandwidth.columns): computed once per distinct combination (a
     # few hundred among ~10^5 rows on large clusters), element-wise as for every row, then gathered.
     tp_world = np.where(bw.num_gpus % tp == 0, bw.num_gpus, tp * cp * pp * dp)
-    first, inverse = _distinct_rows(mb, tp, cp, ep, tp_world)
-    u, e0, el = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world))))
+    cp_world = np.where(bw.num_gpus % (tp * cp) == 0, bw.num_gpus, tp * cp * pp * dp)
+    first, inverse = _distinct_rows(mb, tp, cp, ep, tp_world, cp_world)
+    u, ug, e0, el = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world,
+                                                                                            cp_world))))
     L = ctx.model.num_layers
     # The best split depends on pp and those three times only: once per distinct (combination, pp).
     at, again = _distinct_rows(inverse + 1, pp)
@@ -117,18 +186,100 @@ def micro_batch_bounds(
     split = StageSplit(*(x[again] for x in (part.n_first, part.n_mid, part.n_last, part.mid_trimmed)))
     single = pp == 1
     t_sum = L * u + e0 + el
+    g_sum = L * ug + e0 + el
     t_max = np.maximum.reduce([split.n_first * u + e0, np.where(pp > 2, split.n_mid * u, 0.0), split.n_last * u + el])
     t_max = np.where(single, t_sum, t_max)
-    # Every schedule's makespan is m * t_max plus a bubble >= 0 (planner.layout.schedules); with m < pp only
-    # the schedules that need no micro-batch per rank are valid, and their least makespan (forward bubble 0,
-    # a lower bound) is the bound there.
-    few = ~single & (m < pp)
-    pipe = m * t_max
-    if few.any():
-        fewest = np.min([s.makespan_formula(m, 1, t_max, t_sum, 0.0, 0.0) for s in SCHEDULES.values()
-                         if not s.needs_microbatches_per_rank], axis=0)
-        pipe = np.where(few, fewest, pipe)
-    return SAFETY * pipe
+    # Each schedule's makespan at the lower bounds (g_max := t_max, see the module docstring) plus its exposed
+    # stage-boundary transfers; the least over the schedules and virtual stages the pins allow (pipelines only).
+    pipe = np.full(len(tp), np.inf)
+    on = np.nonzero(~single)[0]
+    if len(on):
+        pipe[on] = _pipeline_bound_s(ctx, pins, limits, m[on], pp[on], t_max[on], t_sum[on], g_sum[on],
+                                     _p2p_transfer_bound_s(ctx, pins, mb[on], tp[on], cp[on], pp[on], dp[on]))
+    pipe = np.where(single, m * t_max, pipe)  # one rank: every schedule is the same loop, no transfers
+    # A rank holds at least 1/pp of the parameters; ZeRO over all of DP is the least any stage updates locally.
+    params = (L * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    opt = fixed_costs.optimizer_step_s(ctx, params, np.ones_like(tp), dp)
+    return SAFETY * (pipe + opt)
+
+
+def _pipeline_bound_s(ctx: CostContext, pins: Pins, limits: SearchLimits, m, pp, t_max, t_sum, g_sum,
+                      transfer) -> np.ndarray:
+    """Per pipelined row, the least over the allowed schedules of makespan + exposed transfers (module docstring).
+
+    Every registry makespan is a / v + b v + c in the virtual stages v (interleaving divides the bubble, the
+    transfers grow linearly with v), so over an unpinned range of v the least is at the integer next to
+    sqrt(a / b): two evaluations instead of one per v."""
+    n = len(pp)
+    endless = np.full(n, np.inf)  # no overlap window bounds the hidden part from above
+
+    def value(s, v: np.ndarray) -> np.ndarray:
+        return (s.makespan_formula(m, v, t_max, t_sum, t_max, g_sum)
+                + comm.pp_exposed_s(ctx, transfer, m, v, pp, np.full(n, s.code), endless))
+
+    best = np.full(n, np.inf)
+    top = max(limits.max_virtual_stages, 2)
+    for s in SCHEDULES.values():
+        if not pins.allow("schedule", s.name):
+            continue
+        allowed = (m >= pp) | (not s.needs_microbatches_per_rank)
+        if not s.virtual_stages:
+            candidates = [np.ones(n)]
+        elif "virtual_stages" in pins.values:
+            candidates = [np.full(n, v) for v in range(2, top + 1) if pins.allow("virtual_stages", v)]
+        else:
+            one, two = value(s, np.ones(n)), value(s, np.full(n, 2.0))
+            slope = (two - one) - (t_sum - t_max) * (0.5 - 1.0)  # b: the linear part (the transfers)
+            curve = t_sum - t_max  # a: the bubble divided by v
+            ideal = np.sqrt(np.where(slope > 0, curve / np.where(slope > 0, slope, 1.0), np.inf))
+            low = np.clip(np.floor(ideal), 2, top)
+            candidates = [low, np.clip(low + 1, 2, top)]
+        for v in candidates:
+            best = np.where(allowed, np.minimum(best, value(s, v)), best)
+    return best
+
+
+def dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row of a search table, a lower bound of its exposed DP/FSDP time (module docstring): the one DP
+    formula, `cost.comm.dp_time_s`, for a rank holding 1/pp of the parameters (the busiest holds at least as
+    many) with unbounded overlap windows, the smallest first-bucket share (1/num_layers) and the row's own
+    groups at their capacity-only bandwidth without latency; every one of those only lowers the exposure."""
+    tp, pp, dp, cp, ep = (table[k] for k in ("tp", "pp", "dp", "cp", "ep"))
+    zero, shard = table["zero"], table["dp_shard"]
+    world = tp * cp * pp * dp
+    view = AxisBandwidth(_bound_topology(ctx.topology))
+
+    def bandwidth_only(kind: str, size: np.ndarray, axis: str) -> tuple[np.ndarray, np.ndarray]:
+        _, per_byte = view.columns(kind, size, axis_strides(table, axis), world)
+        return np.zeros(len(tp)), per_byte
+
+    replicas = dp // shard
+    params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    endless = np.full(len(tp), np.inf)
+    zero_bubble = by_code(table["sched"], lambda s: s.splits_backward).astype(bool)
+    exposed = comm.dp_time_s(ctx, params, zero, table["m"], bandwidth_only("reduce_scatter", shard, "dp_shard"),
+                             bandwidth_only("all_gather", shard, "dp_shard"),
+                             bandwidth_only("all_reduce", replicas, "dp_replicate"), shard, endless, endless,
+                             np.full(len(tp), max(ctx.model.num_layers, 1)), pp, zero_bubble)
+    return SAFETY * exposed
+
+
+def state_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row of a search table, a lower bound of its peak memory per GPU: the model states (at the row's ZeRO
+    stage and sharding group, `memory.model_state_bytes`) of a rank holding 1/pp of the parameters, every one
+    sharded like the dense ones (routed experts shard over no more ranks), plus the reserve."""
+    tp, pp, ep = table["tp"], table["pp"], table["ep"]
+    params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    return sum(model_state_bytes(ctx, params, table["zero"], table["dp_shard"], pp)) + reserve_bytes(ctx)
+
+
+def _mean_layer_params(ctx: CostContext, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Parameters of the mean decoder layer on one GPU (as `cost.evaluate` holds them: experts split by tp x ep)."""
+    counts = ctx.layer_type_counts().astype(float)
+    w = counts / counts.sum()
+    dense = sum(wk * lt.dense_params for wk, lt in zip(w, ctx.layer_types))
+    expert = sum(wk * lt.expert_params for wk, lt in zip(w, ctx.layer_types))
+    return dense / tp + expert / (tp * ep)
 
 
 class _OptimisticTopology:

@@ -4,18 +4,24 @@
 2. Bound each shape from below, vectorised over all shapes at once (`bounds.shape_bounds`): a FLOP bound on
    time and a fully sharded model-state bound on memory. Shapes whose memory bound exceeds the GPU cannot
    fit with any knobs and are dropped.
-3. Bound each remaining (shape, micro-batch size) pair by its pipeline makespan (`bounds.micro_batch_bounds`:
-   compute and unhidden TP traffic of the best layer split, the GPipe bubble when m < pp); a shape's bound is
-   the least of its pairs'.
+3. Bound each remaining (shape, micro-batch size) pair (`bounds.micro_batch_bounds`: compute and unhidden
+   TP/CP traffic of the best layer split, each schedule's bubble and stage-boundary transfers, the optimizer
+   step); a shape's bound is the least of its pairs'.
 4. Visit shapes in increasing bound; expand each batch of shapes to every knob combination of the pairs whose
-   bound is below the K-th best step time found so far, and evaluate them as one table
-   (`cost.evaluate.evaluate_table`) in two passes: first with the DP and PP collectives at a capacity-only
-   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
+   bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
+   (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`),
+   and evaluate the rest as one table (`cost.evaluate.evaluate_table`) in two passes: first with the DP and
+   PP collectives at a capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
    only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
    Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
    The result is exact under the cost model (`proven_optimal`); `brute_force` evaluates the same space
    without bounds and is the test oracle (tests/unit/test_search_oracle.py, test_search_bounds.py).
+
+Objectives: `expected` ranks by the predicted step time; `pessimistic` by the upper end of its error band,
+score = step time x (1 + high), where high depends on the layout's features (planner.validation.bands). The
+search stays exact for it: every time bound is multiplied by the least (1 + high) any layout of the shape can
+get (`bands.least_high_for_shapes`), and rows are compared by their own score.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult, evaluate_table
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
-from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
+from planner.solver.bounds import (
+    dp_bound_s,
+    micro_batch_bounds,
+    optimistic_bw,
+    shape_bounds,
+    state_memory_bound_bytes,
+)
 from planner.solver.space import (
     Pins,
     SearchLimits,
@@ -39,8 +51,11 @@ from planner.solver.space import (
     shape_candidates,
     space_of,
 )
+from planner.validation.bands import high_for_table, least_high_for_shapes
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
+OBJECTIVES = ("expected", "pessimistic")
+"""What the search minimises: the predicted step time, or the step time at its error band's upper end."""
 
 
 @dataclass
@@ -53,6 +68,7 @@ class SearchStats:
     micro_batches_bound_pruned: int = 0  # (shape, micro-batch) pairs of visited shapes skipped by their bound
     rows_evaluated: int = 0
     rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
+    rows_skipped_by_bound: int = 0  # rows priced out before evaluation (bounds.dp_bound_s)
     rows_feasible: int = 0
     proven_optimal: bool = False
 
@@ -64,6 +80,7 @@ class SearchResult:
     table: dict[str, np.ndarray]
     step_time_s: np.ndarray
     stats: SearchStats
+    score: np.ndarray | None = None  # what the rows are ranked by (= step_time_s for the expected objective)
     best_infeasible: tuple[dict[str, int], float] | None = None  # (row, peak bytes) of the least-memory layout seen
     all_feasible: dict[str, np.ndarray] | None = field(default=None, repr=False)  # for Pareto figures, when asked
     rejected: Tally = field(default_factory=Tally, repr=False)  # what the rules removed (the infeasible message)
@@ -79,10 +96,20 @@ def _concat(a: dict[str, np.ndarray] | None, b: dict[str, np.ndarray]) -> dict[s
     return {k: np.concatenate([a[k], b[k]]) for k in COLUMNS}
 
 
+def score_multiplier(ctx: CostContext, table: dict[str, np.ndarray], objective: str) -> np.ndarray | float:
+    """What a row's step time is multiplied by to rank it under `objective` (module docstring)."""
+    if objective == "expected":
+        return 1.0
+    return 1.0 + high_for_table(ctx, table)
+
+
 def exact_search(
-    ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False
+    ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False,
+    objective: str = "expected",
 ) -> SearchResult:
-    """The `top` best feasible layouts under the cost model (see module docstring)."""
+    """The `top` best feasible layouts under the cost model and `objective` (see module docstring)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}; use one of {', '.join(OBJECTIVES)}")
     bw = AxisBandwidth(ctx.topology)
     space = space_of(ctx, pins, limits)
     shapes = shape_candidates(space)
@@ -91,9 +118,16 @@ def exact_search(
     fits = np.nonzero(mem_lb <= ctx.memory_capacity_bytes)[0]
     stats.shapes_memory_pruned = len(shapes[0]) - len(fits)
     shapes = tuple(a[fits] for a in shapes)
+    time_lb = time_lb[fits]
+    if objective != "expected":  # bounds on the score: the least multiplier any layout of the shape gets
+        time_lb = time_lb * (1.0 + least_high_for_shapes(ctx, *shapes))
     pair_shape, pair_mb = micro_batch_pairs(space, shapes)
-    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb)
-    pair_lb = np.maximum(np.where(np.isfinite(pair_lb), pair_lb, 0.0), time_lb[fits][pair_shape])
+    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb, limits)
+    pair_lb = np.where(np.isfinite(pair_lb), pair_lb, 0.0)
+    pair_step_lb = pair_lb  # on the step time itself (the score bound below may be scaled)
+    if objective != "expected":
+        pair_lb = pair_lb * (1.0 + least_high_for_shapes(ctx, *(a[pair_shape] for a in shapes)))
+    pair_lb = np.maximum(pair_lb, time_lb[pair_shape])
     shape_lb = np.full(len(fits), np.inf)  # a shape with no valid micro-batch has no layout at all
     np.minimum.at(shape_lb, pair_shape, pair_lb)
     first_pair = np.searchsorted(pair_shape, np.arange(len(fits)))
@@ -103,7 +137,8 @@ def exact_search(
     cache: dict = {}  # optimistic-pass coefficients, shared by the batches
 
     best: dict[str, np.ndarray] | None = None
-    best_t = np.zeros(0)
+    best_t = np.zeros(0)  # scores of the best rows (step times under the expected objective)
+    best_step = np.zeros(0)
     least_mem: tuple[dict[str, int], float] | None = None
     feasible_all: dict[str, np.ndarray] | None = None
     i = 0
@@ -124,7 +159,17 @@ def exact_search(
         pairs = np.repeat(first_pair[batch] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         stats.micro_batches_bound_pruned += int((pair_lb[pairs] >= kth).sum())
         pairs = pairs[pair_lb[pairs] < kth]
-        table = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs])
+        table, source = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs],
+                                     with_source=True)
+        if not keep_all and len(source) and np.isfinite(kth):
+            # Rows whose own bound (their pair's plus their DP/FSDP exposure's) cannot beat the K-th best, or whose
+            # model states alone do not fit (once a feasible row is known: else the least-memory row is reported).
+            row_lb = (pair_step_lb[pairs][source] + dp_bound_s(ctx, table)) * score_multiplier(
+                ctx, table, objective)
+            keep_rows = (row_lb < kth) & (state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes)
+            stats.rows_skipped_by_bound += int((~keep_rows).sum())
+            if not keep_rows.all():
+                table = _take(table, np.nonzero(keep_rows)[0])
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
         if n_rows == 0:
@@ -133,6 +178,7 @@ def exact_search(
         # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact, and a
         # row whose optimistic step time is no better than the K-th best needs no exact DP/PP query.
         res = evaluate_table(ctx, table, optimistic_bw(ctx.topology, table, cache))
+        mult = score_multiplier(ctx, table, objective)
         stats.rows_evaluated += n_rows
         ok = res.fits
         stats.rows_feasible += int(ok.sum())
@@ -140,26 +186,28 @@ def exact_search(
             j = int(np.argmin(res.peak_memory_bytes))
             if least_mem is None or res.peak_memory_bytes[j] < least_mem[1]:
                 least_mem = ({k: int(v[j]) for k, v in table.items()}, float(res.peak_memory_bytes[j]))
-        keep_rows = ok if keep_all else ok & (res.step_time_s < kth)
+        keep_rows = ok if keep_all else ok & (res.step_time_s * mult < kth)
         stats.rows_bound_pruned += int(ok.sum() - keep_rows.sum())
         if not keep_rows.any():
             continue
         table = _take(table, np.nonzero(keep_rows)[0])
         res = evaluate_table(ctx, table, bw)  # second pass: exact
+        score = res.step_time_s * score_multiplier(ctx, table, objective)
         ok = res.fits
         cand = _take(table, np.nonzero(ok)[0])
         if keep_all:
             cand_all = dict(cand, step_time_ms=(res.step_time_s[ok] * 1e3), peak=res.peak_memory_bytes[ok])
             feasible_all = cand_all if feasible_all is None else {k: np.concatenate([feasible_all[k], cand_all[k]]) for k in cand_all}
         merged = _concat(best, cand)
-        merged_t = np.concatenate([best_t, res.step_time_s[ok]])
+        merged_t = np.concatenate([best_t, score[ok]])
+        merged_step = np.concatenate([best_step, res.step_time_s[ok]])
         keep = np.lexsort((np.arange(len(merged_t)), merged_t))[:top]
-        best, best_t = _take(merged, keep), merged_t[keep]
+        best, best_t, best_step = _take(merged, keep), merged_t[keep], merged_step[keep]
     stats.proven_optimal = True
     if best is None:
         best = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}
-    return SearchResult(table=best, step_time_s=best_t, stats=stats, best_infeasible=least_mem, all_feasible=feasible_all,
-                        rejected=space.tally)
+    return SearchResult(table=best, step_time_s=best_step, stats=stats, score=best_t, best_infeasible=least_mem,
+                        all_feasible=feasible_all, rejected=space.tally)
 
 
 def brute_force(

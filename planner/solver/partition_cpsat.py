@@ -16,7 +16,7 @@ different GPUs (A100 and H100 hosts), the best contiguous split is combinatorial
     objective   the pipeline part of the schedule's step time, linear, as the schedule registry states it
                 (`PipelineSchedule.objective`, planner/layout/schedules.py): bottleneck t_max; GPipe/1F1B
                 sum_r t[r] + (m-1) t_max; interleaved (m v - 1) t_max + sum_r t[r] (v times the step); ZB-H1
-                m t_max + sum_r f[r] - max_r f[r] (f: forward times).
+                m t_max + sum_r g[r] - max_r g[r] (g: T_F + T_B - T_W per rank).
     ties        a secondary term (sum_c b[c], earliest boundaries first) below the primary's resolution,
                 so the optimum, and the plan, is the same on every run.
 
@@ -137,15 +137,15 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
         for i, lt in enumerate(s.layer_types):
             prefix[k][i + 1] = prefix[k][i] + (lt == k)
     t_hi = int(L * max(int(s.time.max(initial=0)), 0) + max(int(s.extra.max(initial=0)), 0))
-    f_hi = int(L * max(int(s.fwd.max(initial=0)), 0) + max(int(s.extra_fwd.max(initial=0)), 0))
+    g_hi = int(L * max(int(s.bubble.max(initial=0)), 0) + max(int(s.extra_bubble.max(initial=0)), 0))
 
     # Variables: b[c] is the first layer of chunk c; pre[c, k] the type-k layers before it; n[r, k] the
-    # type-k layers on rank r; t[r] and f[r] rank r's time and forward time per micro-batch.
+    # type-k layers on rank r; t[r] and g[r] rank r's time and zero-bubble unit per micro-batch.
     b = {c: model.new_int_var(0, L, f"b[{c}]") for c in range(C + 1)}
     pre = {(c, k): model.new_int_var(0, prefix[k][L], f"pre[{c},{k}]") for c in range(C + 1) for k in range(K)}
     n = {(r, k): model.new_int_var(0, prefix[k][L], f"n[{r},{k}]") for r in range(p) for k in range(K)}
     t = {r: model.new_int_var(min(0, int(s.extra[r])), t_hi, f"t[{r}]") for r in range(p)}
-    f = {r: model.new_int_var(min(0, int(s.extra_fwd[r])), f_hi, f"f[{r}]") for r in range(p)}
+    g = {r: model.new_int_var(min(0, int(s.extra_bubble[r])), g_hi, f"g[{r}]") for r in range(p)}
     t_max = model.new_int_var(min(0, int(s.extra.min(initial=0))), t_hi, "t_max")
 
     # The chunks cover the layers in order: chunk 0 starts at layer 0, the last ends at L, none overlap.
@@ -169,7 +169,7 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
     # A rank's time is its extra work plus its layers' times, each type at the rank's own price.
     for r in range(p):
         model.add(t[r] == int(s.extra[r]) + sum(int(s.time[r, k]) * n[r, k] for k in range(K)))
-        model.add(f[r] == int(s.extra_fwd[r]) + sum(int(s.fwd[r, k]) * n[r, k] for k in range(K)))
+        model.add(g[r] == int(s.extra_bubble[r]) + sum(int(s.bubble[r, k]) * n[r, k] for k in range(K)))
     model.add_max_equality(t_max, [t[r] for r in range(p)])
     # Redundant, for propagation: every layer of each type is on some rank; the busiest rank is at least average.
     for k in range(K):
@@ -201,14 +201,14 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
 
     # Objective: the schedule's pipeline time (its registry coefficients, times their divisor), then the
     # tie-break below its resolution.
-    a, b_sum, c_fwd, _ = objective_coefficients(s.schedule, s.m, s.v)
+    a, b_sum, c_bubble, _ = objective_coefficients(s.schedule, s.m, s.v)
     primary, hi = a * t_max, a * t_hi
     if b_sum:
         primary, hi = primary + b_sum * sum(t.values()), hi + b_sum * p * t_hi
-    if c_fwd:
-        f_max = model.new_int_var(min(0, int(s.extra_fwd.min(initial=0))), f_hi, "f_max")
-        model.add_max_equality(f_max, [f[r] for r in range(p)])
-        primary, hi = primary + c_fwd * (sum(f.values()) - f_max), hi + c_fwd * p * f_hi
+    if c_bubble:
+        g_max = model.new_int_var(min(0, int(s.extra_bubble.min(initial=0))), g_hi, "g_max")
+        model.add_max_equality(g_max, [g[r] for r in range(p)])
+        primary, hi = primary + c_bubble * (sum(g.values()) - g_max), hi + c_bubble * p * g_hi
     ties = C * L + 1
     weight = ties if (hi + 1) * ties < _INT_LIMIT else 1
     model.minimize(weight * primary + (sum(b.values()) if weight > 1 else 0))

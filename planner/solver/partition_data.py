@@ -37,8 +37,9 @@ class PartitionProblem:
     virtual_stages: int = 1
     schedule: str = "bottleneck"
     num_microbatches: int = 1
-    layer_forward_s: np.ndarray | None = None  # (p, K), needed by zero-bubble schedules
-    extra_forward_s: np.ndarray | None = None  # (p,), needed by zero-bubble schedules
+    # The zero-bubble unit g = T_F + T_B - T_W (planner.layout.schedules), needed by zero-bubble schedules:
+    layer_bubble_s: np.ndarray | None = None  # (p, K) of one layer of type k on rank r, per micro-batch
+    extra_bubble_s: np.ndarray | None = None  # (p,) of the embedding / head on the end ranks
 
     def __post_init__(self) -> None:
         p, K = np.shape(self.layer_time_s)
@@ -51,14 +52,14 @@ class PartitionProblem:
             raise ValueError(f"layer_types must be type indices in 0..{K - 1}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
-        if self.uses_forward_times and (self.layer_forward_s is None or self.extra_forward_s is None):
-            raise ValueError(f"{self.schedule} needs layer_forward_s and extra_forward_s")
+        if self.uses_bubble_times and (self.layer_bubble_s is None or self.extra_bubble_s is None):
+            raise ValueError(f"{self.schedule} needs layer_bubble_s and extra_bubble_s")
         if self.virtual_stages < 1 or self.num_microbatches < 1:
             raise ValueError("virtual_stages and num_microbatches must be >= 1")
 
     @property
-    def uses_forward_times(self) -> bool:
-        """The schedule's objective reads forward times (a bubble of forwards only: zero-bubble schedules)."""
+    def uses_bubble_times(self) -> bool:
+        """The schedule's objective reads the zero-bubble unit g (zero-bubble schedules)."""
         return objective_coefficients(self.schedule, self.num_microbatches, self.virtual_stages)[2] != 0
 
     @property
@@ -81,8 +82,8 @@ class ScaledProblem:
     layer_types: tuple[int, ...]
     time: np.ndarray
     extra: np.ndarray
-    fwd: np.ndarray
-    extra_fwd: np.ndarray
+    bubble: np.ndarray
+    extra_bubble: np.ndarray
     mem: np.ndarray
     fixed: np.ndarray
     cap: np.ndarray
@@ -95,11 +96,11 @@ class ScaledProblem:
 def scale(problem: PartitionProblem) -> ScaledProblem:
     """Round the data to CP-SAT's integer units (times to nearest, memory conservatively)."""
     t = lambda x: np.rint(np.asarray(x, dtype=float) / TIME_UNIT_S).astype(np.int64)  # noqa: E731
-    zb = problem.uses_forward_times
+    zb = problem.uses_bubble_times
     return ScaledProblem(
         layer_types=tuple(int(k) for k in problem.layer_types), time=t(problem.layer_time_s), extra=t(problem.extra_time_s),
-        fwd=t(problem.layer_forward_s) if zb else np.zeros_like(t(problem.layer_time_s)),
-        extra_fwd=t(problem.extra_forward_s) if zb else np.zeros(problem.pp, dtype=np.int64),
+        bubble=t(problem.layer_bubble_s) if zb else np.zeros_like(t(problem.layer_time_s)),
+        extra_bubble=t(problem.extra_bubble_s) if zb else np.zeros(problem.pp, dtype=np.int64),
         mem=np.ceil(np.asarray(problem.layer_memory_bytes, dtype=float)).astype(np.int64),
         fixed=np.ceil(np.asarray(problem.fixed_memory_bytes, dtype=float)).astype(np.int64),
         cap=np.floor(np.asarray(problem.capacity_bytes, dtype=float)).astype(np.int64),
@@ -109,19 +110,19 @@ def scale(problem: PartitionProblem) -> ScaledProblem:
 
 
 def objective_coefficients(schedule: str, m: int, v: int) -> tuple[int, int, int, int]:
-    """(a, b, c, d): the objective is (a * max t + b * sum t + c * (sum f - max f)) / d (integers, registry)."""
+    """(a, b, c, d): the objective is (a * max t + b * sum t + c * (sum g - max g)) / d (integers, registry)."""
     if schedule == BOTTLENECK:
         return 1, 0, 0, 1
     return REGISTRY[schedule].objective(m, v)
 
 
-def pipeline_value(schedule: str, m: int, v: int, t: np.ndarray, f: np.ndarray | None = None):
-    """The objective for rank times t (and forward times f), times its divisor d (an integer on integer data)."""
+def pipeline_value(schedule: str, m: int, v: int, t: np.ndarray, g: np.ndarray | None = None):
+    """The objective for rank times t (and zero-bubble units g), times its divisor d (an integer on integer data)."""
     a, b, c, _ = objective_coefficients(schedule, m, v)
     value = a * t.max() + b * t.sum()
     if c:
-        assert f is not None
-        value = value + c * (f.sum() - f.max())
+        assert g is not None
+        value = value + c * (g.sum() - g.max())
     return value
 
 
@@ -130,10 +131,10 @@ def integer_objective(s: ScaledProblem, chunks: tuple[int, ...]) -> tuple[int, b
     valid = every rank fits and each rank's chunks are even (sizes differ by at most one)."""
     n = counts_of(s.layer_types, chunks, s.pp, s.time.shape[1])
     t = (n * s.time).sum(axis=1) + s.extra
-    f = (n * s.fwd).sum(axis=1) + s.extra_fwd
+    g = (n * s.bubble).sum(axis=1) + s.extra_bubble
     fits = bool(((n * s.mem).sum(axis=1) + s.fixed <= s.cap).all())
     even = all(max(chunks[r::s.pp]) - min(chunks[r::s.pp]) <= 1 for r in range(s.pp))
-    return int(pipeline_value(s.schedule, s.m, s.v, t, f)), fits and even
+    return int(pipeline_value(s.schedule, s.m, s.v, t, g)), fits and even
 
 
 def brute_force(problem: PartitionProblem) -> tuple[int, tuple[int, ...]] | None:
@@ -153,9 +154,9 @@ def objective_s(problem: PartitionProblem, chunks: tuple[int, ...]) -> float:
     """The objective of a partition on the unrounded data, in seconds (interleaved divided back by v)."""
     n = counts_of(tuple(problem.layer_types), chunks, problem.pp, problem.num_types)
     t = (n * problem.layer_time_s).sum(axis=1) + problem.extra_time_s
-    f = None
-    if problem.layer_forward_s is not None and problem.extra_forward_s is not None:
-        f = (n * problem.layer_forward_s).sum(axis=1) + problem.extra_forward_s
+    g = None
+    if problem.layer_bubble_s is not None and problem.extra_bubble_s is not None:
+        g = (n * problem.layer_bubble_s).sum(axis=1) + problem.extra_bubble_s
     schedule = problem.schedule if problem.pp > 1 else "gpipe"
     m, v = problem.num_microbatches, problem.virtual_stages
-    return float(pipeline_value(schedule, m, v, t, f)) / objective_coefficients(schedule, m, v)[3]
+    return float(pipeline_value(schedule, m, v, t, g)) / objective_coefficients(schedule, m, v)[3]

@@ -9,8 +9,9 @@ virtual stages up to 8; dp among the divisors of the global batch (every sequenc
 Dominated options are left out unless pinned, because they can never be strictly better under the cost model:
 sequence parallelism off when tp > 1 (SP moves the same bytes with less element-wise work and less memory,
 Korthikanti et al. 2022), a schedule the registry marks dominated (GPipe where 1F1B is valid: same time,
-more activation memory), ZeRO-2/3 with pp > 1 where ZeRO-1 is valid (ZeRO-1's memory, at least its
-communication; a framework without ZeRO-1, TorchTitan, has them searched) and selective recomputation with
+more activation memory), ZeRO-2/3 with pp > 1 where ZeRO-1 is valid with the same sharding group (ZeRO-1's
+memory, at least its communication; ZeRO-3's HSDP groups stay; a framework without ZeRO-1, TorchTitan, has
+them searched) and selective recomputation with
 FlashAttention (no score activations to drop). The framework the cost context plans for (`ctx.framework`)
 selects the rules (`rules.rules_for`): its feature sets are rules too, so its missing schedules, recompute
 policies, ZeRO stages and mesh orders never enter the tables.
@@ -159,8 +160,9 @@ def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray,
     return out, np.array([len(x) for x in lists], dtype=np.int64)
 
 
-def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -> dict[str, np.ndarray]:
-    """Every knob combination of (shape, micro_batch) rows, as a table, vectorised.
+def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *, with_source: bool = False):
+    """Every knob combination of (shape, micro_batch) rows, as a table, vectorised (with `with_source`: and the
+    input row each table row comes from).
 
     Row order: input row, then schedule, (ZeRO, shard), recompute, SP, mesh order (the last varies fastest).
     Options depending on a row's values are listed once per distinct value and gathered with numpy.
@@ -216,4 +218,6 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray) -
     table = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in table.items()}
     # Every rule once more over the whole rows: those that read columns of several groups above.
     ok = rules.mask(table, facts, space.framework, tally=space.tally, stage="layout")
-    return table if ok.all() else {k: v[ok] for k, v in table.items()}
+    if not ok.all():
+        table, row = {k: v[ok] for k, v in table.items()}, row[ok]
+    return (table, row) if with_source else table

@@ -307,7 +307,10 @@ def test_calibrated_step_is_at_least_the_host_bound(calibrated: Path) -> None:
 
 def test_dp_collectives_pay_their_latency_once_per_unit() -> None:
     workload = SimpleNamespace(overlap_dp_comm=True, runtime="pytorch")
-    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False, workload=workload)
+    # fp32 training (gradients reduced as they are) on a GPU whose compute does not slow under overlap
+    gpu = SimpleNamespace(comm_overlap_slowdown=0.0)
+    ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False, workload=workload, gpu=gpu, memory_bandwidth_Bps=1e12,
+                          mixed_precision=False)
     lat, per_byte = 1e-3, 1e-9
     coeffs = (np.array([lat]), np.array([per_byte]))
     zero = np.array([0])
@@ -321,7 +324,8 @@ def test_dp_collectives_pay_their_latency_once_per_unit() -> None:
     hidden = comm.dp_time_s(ctx, params, zero, np.array([1]), coeffs, coeffs, coeffs, np.array([1]),
                             window, window, layers, np.array([1]))
     assert hidden[0] == pytest.approx((4 * lat + 4e6 * per_byte) / 3)
-    cpu = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=True, workload=workload)
+    cpu = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=True, workload=workload, gpu=gpu, memory_bandwidth_Bps=1e12,
+                          mixed_precision=False)
     exposed = comm.dp_time_s(cpu, params, zero, np.array([1]), coeffs, coeffs, coeffs, np.array([1]),
                              window, window, layers, np.array([1]))
     assert exposed[0] == pytest.approx(4 * lat + 4e6 * per_byte)

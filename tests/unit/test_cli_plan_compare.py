@@ -21,8 +21,9 @@ from planner.plan import Plan
 _register_commands()
 ENV = {"COLUMNS": "250", "NO_COLOR": "1"}
 SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
-COLUMNS = ["source", "layout", "searched", "gpus", "compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
-           "bubble_s", "optimizer_s", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits"]
+COLUMNS = ["source", "layout", "searched", "gpus", "compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
+           "dp_comm_s", "bubble_s", "optimizer_s", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits",
+           "error_band_low", "error_band_high", "extrapolations"]
 
 
 def run(*args: str):  # noqa: ANN201

@@ -72,7 +72,7 @@ def plans() -> dict[str, Plan]:
     return {
         "best": search(MODEL, CLUSTER, WORKLOAD)[0],
         "tp2pp2": search(MODEL, CLUSTER, WORKLOAD, tp=2, pp=2)[0],
-        "tp8pp2": search(MODEL, CLUSTER, WORKLOAD, tp=8, pp=2)[0],
+        "tp8pp2": search(MODEL, CLUSTER, WORKLOAD, tp=8, pp=2, micro_batch=2)[0],  # pinned: lower TP fits and wins
         "hsdp": search(MODEL, CLUSTER, WORKLOAD, pp=4, zero=3, dp_shard=2)[0],
     }
 

@@ -263,11 +263,39 @@ def test_megatron_moe_args() -> None:
     assert args["--moe-token-dispatcher-type"] == "alltoall"
 
 
-def test_megatron_context_parallel_all_gathers() -> None:
+def test_megatron_context_parallel_runs_ring_attention() -> None:
     plan = ev(Layout(dp=4, tp=2, cp=2, num_microbatches=16, zero=1, dp_shard=4, sequence_parallel=True), "megatron")
     args = megatron_args(export(plan, "megatron").text)
-    assert args["--cp-comm-type"] == "all_gather"
+    assert args["--cp-comm-type"] == "p2p"  # ring attention, as the megatron runtime costs CP
     assert any("dp x cp" in n for n in plan.notes)  # the distributed optimizer's larger shard group, stated
+    # The megatron profile costs TP-communication overlap (with SP) and overlapped stage-boundary sends: the script
+    # asks for the first (--tp-comm-overlap) and leaves the second on (Megatron's default).
+    assert plan.inputs.workload.tp_comm_overlap and plan.inputs.workload.overlap_pp_comm
+    assert args["--tp-comm-overlap"] is True and "--no-overlap-p2p-communication" not in args
+
+
+def test_megatron_script_follows_the_workloads_overlap_settings() -> None:
+    lay = Layout(dp=2, tp=2, pp=4, virtual_stages=2, schedule="interleaved", num_microbatches=32, zero=1, dp_shard=2,
+                 sequence_parallel=True)
+    blocking = Workload(global_batch=64, seq_len=8192, tp_comm_overlap=False, overlap_pp_comm=False)
+    args = megatron_args(export(ev(lay, "megatron", w=blocking), "megatron").text)
+    assert "--tp-comm-overlap" not in args and args["--no-overlap-p2p-communication"] is True
+
+
+def test_torchtitan_compiled_runtime_and_async_tp() -> None:
+    lay = Layout(dp=8, tp=2, num_microbatches=8, zero=3, dp_shard=8, sequence_parallel=True)
+    eager = titan_args(export(ev(lay, "torchtitan"), "torchtitan").text)
+    assert "--compile.enable" not in eager  # TorchTitan's default runtime: eager (pytorch)
+    compiled = Workload(global_batch=64, seq_len=8192, runtime="pytorch-compile", tp_comm_overlap=True)
+    plan = ev(lay, "torchtitan", w=compiled)
+    args = titan_args(export(plan, "torchtitan").text)
+    assert args["--compile.enable"] is True and args["--compile.enable_async_tensor_parallel"] is True
+    # a compiled zero-bubble pipeline is refused by PyTorch: TorchTitan's rule names it
+    with pytest.raises(UserError, match=r"torchtitan\.zb-compile"):
+        evaluate(MODEL, CLUSTER, compiled, Layout(dp=4, pp=4, num_microbatches=16, schedule="zb-h1", zero=3,
+                                                  dp_shard=4), framework="torchtitan")
+    plans = search(MODEL, CLUSTER, compiled, framework="torchtitan", pp=4, top=10)
+    assert plans and all(p.layout.schedule != "zb-h1" for p in plans)
 
 
 # DeepSpeed 0.19.8 ----------------------------------------------------------------------------------------------------

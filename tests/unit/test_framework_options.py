@@ -4,10 +4,13 @@ sustained share of the isolated GEMM plateau per GPU profile."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import hardware_profiles
 import planner
+import planner.cost.runtime as runtime
 from planner.api import make_context
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.layout import Workload
@@ -54,7 +57,7 @@ def test_dp_reduction_without_overlap_is_fully_exposed(setting) -> None:
 
 
 @pytest.mark.parametrize(("gpu_cluster", "sustained"), [
-    ("dgx-h100", 0.875),  # measured on H200 (same die), profile field
+    ("dgx-h100", 0.861),  # measured on H200 (same die), profile field
     ("dgx-a100", SUSTAINED_FRACTION_OF_ISOLATED),  # no profile value: the Korthikanti Table 4 fit
     ("local-cpu", 1.0),  # CPU plateau is measured in place
 ])
@@ -93,18 +96,28 @@ def test_zero2_and_zero3_under_pipeline_hold_zero1_weights_and_gradients(setting
 def test_search_leaves_dominated_zero_stages_out_under_pipeline(setting) -> None:
     model, cluster, workload = setting
     plans = planner.search(model, cluster, workload, top=40, pp=4)
-    assert {p.layout.zero for p in plans} <= {0, 1}
+    # ZeRO-2/3 over all of DP is ZeRO-1 with more traffic under PP; only ZeRO-3's HSDP groups, which ZeRO-1 does
+    # not offer, may remain
+    assert all(p.layout.zero <= 1 or (p.layout.zero == 3 and p.layout.dp_shard < p.layout.dp) for p in plans)
 
 
-def test_pytorch_pipeline_reduces_gradients_after_the_last_backward(setting) -> None:
-    """PyTorch's pipeline schedules reduce once after the last backward (exposed); Megatron-Core overlaps it."""
+def test_pytorch_pipeline_reduces_gradients_after_the_last_backward(setting, monkeypatch) -> None:
+    """PyTorch's pipeline schedules reduce once after the last backward (exposed); Megatron-Core overlaps it.
+
+    The two runtimes also differ in their element-wise and optimizer costs, so the semantics are compared on one
+    runtime with only that trait switched."""
+    megatron = runtime.RUNTIME_COSTS["megatron"]
+    after_last = dataclasses.replace(megatron, reduce_after_last_backward_under_pp=True)
+    work = Workload(global_batch=64, seq_len=4096, runtime="megatron")
     shape = dict(dp=4, tp=2, pp=4, micro_batch=1, schedule="1f1b", recompute="none", zero=1)
-    torch_run, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="pytorch"), **shape)
-    megatron, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="megatron"), **shape)
-    assert torch_run.breakdown.dp_comm_s > 2 * megatron.breakdown.dp_comm_s
-    assert torch_run.breakdown.compute_s == pytest.approx(megatron.breakdown.compute_s)
-    # Without PP both overlap it the same way.
     flat = dict(dp=16, tp=2, pp=1, micro_batch=1, recompute="none", zero=1)
-    a, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="pytorch"), **flat)
-    b, _ = _evaluate(setting, Workload(global_batch=64, seq_len=4096, runtime="megatron"), **flat)
+    overlapped, _ = _evaluate(setting, work, **shape)
+    b, _ = _evaluate(setting, work, **flat)
+    monkeypatch.setitem(runtime.RUNTIME_COSTS, "megatron", after_last)
+    exposed, _ = _evaluate(setting, work, **shape)
+    a, _ = _evaluate(setting, work, **flat)
+    assert exposed.breakdown.dp_comm_s > 2 * overlapped.breakdown.dp_comm_s
+    assert exposed.breakdown.compute_s == pytest.approx(overlapped.breakdown.compute_s)
+    # Without PP both overlap it the same way.
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert runtime.RUNTIME_COSTS["pytorch"].reduce_after_last_backward_under_pp and not megatron.reduce_after_last_backward_under_pp

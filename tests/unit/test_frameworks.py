@@ -138,6 +138,12 @@ def test_runtime_costs_follow_the_framework_unless_set() -> None:
     explicit = planner.search(LLAMA, CLUSTER, Workload(global_batch=64, seq_len=4096, runtime="pytorch"),
                               framework="megatron", **shape)[0]
     assert explicit.inputs.workload.runtime == "pytorch"  # an explicit what-if wins
+    # ... and drops the framework's TP-communication overlap, which the eager runtime cannot run
+    assert not explicit.inputs.workload.tp_comm_overlap
+    work = meg.inputs.workload
+    assert (work.tp_comm_overlap, work.overlap_pp_comm) == (True, True)  # Megatron-Core's overlaps
+    titan = planner.search(LLAMA, CLUSTER, WORKLOAD, framework="torchtitan", **{**shape, "zero": 2})[0]
+    assert titan.inputs.workload.runtime == "pytorch" and not titan.inputs.workload.tp_comm_overlap
 
 
 def test_cli_plan_replan_and_explain_with_a_framework(tmp_path) -> None:
@@ -168,3 +174,25 @@ def test_a_profile_pins_the_search_like_a_published_runs_entry(name: str) -> Non
     pinned = planner.search(LLAMA, CLUSTER, workload, top=1, **entry["features"])[0]
     native = planner.search(LLAMA, CLUSTER, WORKLOAD, top=1, framework=name)[0]
     assert pinned.prediction.step_time_s <= native.prediction.step_time_s + 1e-12  # the rules only remove layouts
+
+
+def test_cli_tp_comm_overlap_needs_a_runtime_that_has_it() -> None:
+    env = {"COLUMNS": "200", "NO_COLOR": "1"}
+    base = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch", "64",
+            "--seq-len", "4096", "--json", "-"]
+    bad = CliRunner().invoke(app, [*base, "--tp-comm-overlap"], env=env)  # meshplan run: eager PyTorch
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and "--tp-comm-overlap" in bad.stderr
+    ok = CliRunner().invoke(app, [*base, "--framework", "torchtitan", "--runtime", "pytorch-compile",
+                                  "--tp-comm-overlap"], env=env)
+    assert ok.exit_code == 0, ok.stderr
+    work = json.loads(ok.stdout)["inputs"]["workload"]
+    assert (work["runtime"], work["tp_comm_overlap"]) == ("pytorch-compile", True)
+    off = CliRunner().invoke(app, [*base, "--framework", "megatron", "--no-tp-comm-overlap"], env=env)
+    assert off.exit_code == 0 and json.loads(off.stdout)["inputs"]["workload"]["tp_comm_overlap"] is False
+
+
+def test_search_limits_beyond_any_cluster_are_a_user_error() -> None:
+    """--max-tp 99999999999999999999 once overflowed the candidate range (found by the CLI fuzz test)."""
+    result = CliRunner().invoke(app, ["plan", "--model", "tiny", "--max-tp", "99999999999999999999"],
+                                env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 2 and "--max-tp" in result.stderr and result.stderr.count("\n") == 1

@@ -60,7 +60,7 @@ def problems(draw):
         layer_memory_bytes=floats(0.5, 4.0, (p, K)) * GB, fixed_memory_bytes=floats(0.0, 4.0, (p,)) * GB,
         capacity_bytes=floats(4.0, 16.0, (p,)) * GB, virtual_stages=v,
         schedule=draw(st.sampled_from(SCHEDULES)), num_microbatches=draw(st.integers(1, 8)),
-        layer_forward_s=floats(0.05, 1.0, (p, K)), extra_forward_s=floats(0.0, 1.5, (p,)),
+        layer_bubble_s=floats(0.05, 1.0, (p, K)), extra_bubble_s=floats(0.0, 1.5, (p,)),
     )
 
 
@@ -186,8 +186,11 @@ def _plan_json(*args: str) -> dict:
 
 
 def test_deepseek_v3_plan_uses_cpsat_partition() -> None:
-    plan = _plan_json("--model", "deepseek-v3", "--cluster", "dgx-h100", "--nodes", "32", "--seq-len", "4096")
-    assert plan["layout"]["pp"] > 1
+    # pp pinned: unpinned, ZeRO-3 without pipelining now edges out the best pipeline (by about 1 %) once the eager
+    # runtime's FSDP copies, blocking stage transfers and overlap interference are costed
+    plan = _plan_json("--model", "deepseek-v3", "--cluster", "dgx-h100", "--nodes", "32", "--seq-len", "4096",
+                      "--pp", "32")
+    assert plan["layout"]["pp"] == 32
     (note,) = [n for n in plan["notes"] if n.startswith("layer partition (CP-SAT over 2 layer types")]
     assert "proven optimal" in note
 

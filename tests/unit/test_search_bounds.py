@@ -20,9 +20,16 @@ from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
 from planner.cost.evaluate import evaluate_table
 from planner.layout import Workload
+from planner.layout.names import RUNTIME_NAMES
 from planner.model import ModelSpec
 from planner.model.spec import MoESpec
-from planner.solver.bounds import micro_batch_bounds, optimistic_bw, shape_bounds
+from planner.solver.bounds import (
+    dp_bound_s,
+    micro_batch_bounds,
+    optimistic_bw,
+    shape_bounds,
+    state_memory_bound_bytes,
+)
 from planner.solver.exact import brute_force, exact_search
 from planner.solver.space import Pins, SearchLimits
 
@@ -58,7 +65,9 @@ def setups(draw):
     name = draw(st.sampled_from(["dgx-h100", "dgx-a100", "dgx-h100-oversub", "hetero-a100-h100", "local-cpu"]))
     gpus = draw(st.sampled_from([2, 4, 8] if name == "local-cpu" else [2, 4, 8, 16]))
     cluster = hardware_profiles.cluster(name) if name == "hetero-a100-h100" else hardware_profiles.cluster(name, gpus=gpus)
-    workload = Workload(global_batch=draw(st.sampled_from([1, 2, 4, 6, 8, 16])), seq_len=draw(st.sampled_from([512, 2048])))
+    runtime = draw(st.sampled_from(RUNTIME_NAMES))  # element-wise counts, TP overlap and DP semantics differ by runtime
+    workload = Workload(global_batch=draw(st.sampled_from([1, 2, 4, 6, 8, 16])), seq_len=draw(st.sampled_from([512, 2048])),
+                        runtime=runtime, tp_comm_overlap=runtime != "pytorch" and draw(st.booleans()))
     return model, cluster, workload, draw(st.booleans()), draw(st.sampled_from(PINS))
 
 
@@ -72,9 +81,13 @@ def test_bounds_are_below_every_layout_and_search_is_exact(setup) -> None:
     table, res = brute_force(ctx, pins, limits, include_dominated=False)
     if len(table["dp"]):
         cols = [table[k] for k in ("tp", "cp", "pp", "dp", "ep")]
-        pair = micro_batch_bounds(ctx, AxisBandwidth(ctx.topology), pins, *cols, table["mb"])
+        pair = micro_batch_bounds(ctx, AxisBandwidth(ctx.topology), pins, *cols, table["mb"], limits)
         shape_time, shape_mem = shape_bounds(ctx, *cols)
         assert np.all(pair <= res.step_time_s), "a (shape, micro-batch) bound exceeds a layout's step time"
+        row = pair + dp_bound_s(ctx, table)
+        assert np.all(row <= res.step_time_s), "a row's own bound exceeds its step time"
+        states = state_memory_bound_bytes(ctx, table)
+        assert np.all(states <= res.peak_memory_bytes * (1 + 1e-12)), "a row's state-memory bound exceeds its peak"
         assert np.all(shape_time <= res.step_time_s), "a shape's time bound exceeds a layout's step time"
         assert np.all(shape_mem[res.fits] <= res.peak_memory_bytes[res.fits] * (1 + 1e-12))
         first = evaluate_table(ctx, table, optimistic_bw(ctx.topology, table, {}))

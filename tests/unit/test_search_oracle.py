@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import hardware_profiles
 from planner.api import make_context
 from planner.layout import Workload
+from planner.layout.names import RUNTIME_NAMES
 from planner.model import ModelSpec
 from planner.solver.exact import brute_force, exact_search
 from planner.solver.space import Pins, SearchLimits
@@ -40,7 +41,9 @@ def setups(draw):
     seq = draw(st.sampled_from([512, 2048, 4096]))
     batch = draw(st.sampled_from([1, 2, 4, 6, 8, 16]))
     flash = draw(st.booleans())
-    return model, cluster, Workload(global_batch=batch, seq_len=seq), flash
+    runtime = draw(st.sampled_from(RUNTIME_NAMES))
+    overlap = runtime != "pytorch" and draw(st.booleans())
+    return model, cluster, Workload(global_batch=batch, seq_len=seq, runtime=runtime, tp_comm_overlap=overlap), flash
 
 
 @settings(max_examples=40)
@@ -63,3 +66,40 @@ def test_search_equals_brute_force(setup) -> None:
     np.testing.assert_allclose(found.step_time_s[0], full.step_time_s[full.fits].min(), rtol=1e-12)
     # ... and the top 3 equal the brute-force top 3 of the searched space.
     np.testing.assert_allclose(found.step_time_s, np.sort(same.step_time_s[same.fits])[:3], rtol=1e-12)
+
+
+@settings(max_examples=25)
+@given(setups())
+def test_pessimistic_search_equals_brute_force(setup) -> None:
+    """Ranked by the upper end of the error band (score = step x (1 + high)), the search still returns the
+    brute-force optimum of the same score: its bounds are scaled by the least multiplier a shape can get."""
+    from planner.validation.bands import high_for_table
+
+    model, cluster, workload, flash = setup
+    ctx = make_context(model, cluster, workload, flash_attention=flash)
+    limits = SearchLimits(max_micro_batch=8)
+    table, full = brute_force(ctx, Pins(), limits)
+    found = exact_search(ctx, Pins(), limits, top=3, objective="pessimistic")
+    if not full.fits.any():
+        assert len(found.step_time_s) == 0
+        return
+    score = full.step_time_s * (1 + high_for_table(ctx, table))
+    np.testing.assert_allclose(found.score[0], score[full.fits].min(), rtol=1e-12)
+    # the reported step times are the rows' own, and the scores are their step times times the multiplier
+    chosen = {k: v[:1] for k, v in found.table.items()}
+    np.testing.assert_allclose(found.score[0], found.step_time_s[0] * (1 + high_for_table(ctx, chosen)[0]), rtol=1e-12)
+    assert np.all(np.diff(found.score) >= 0)
+
+
+def test_pessimistic_objective_uses_more_than_one_band() -> None:
+    """The oracle test above is only meaningful if layouts of one search fall into bands with different upper
+    ends (else the score is a constant multiple of the step time)."""
+    from planner.validation.bands import high_for_table
+
+    model = ModelSpec(name="m", num_layers=8, hidden_size=1024, num_heads=8, num_kv_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, max_seq_len=4096, mlp="swiglu", norm="rmsnorm", position="rope",
+                      tied_embeddings=False)
+    ctx = make_context(model, hardware_profiles.cluster("dgx-h100", gpus=16),
+                       Workload(global_batch=16, seq_len=4096, runtime="megatron"))
+    table, _ = brute_force(ctx, Pins(), SearchLimits(max_micro_batch=2))
+    assert len(np.unique(high_for_table(ctx, table))) > 1

@@ -1,0 +1,173 @@
+"""What each training stack (`Workload.runtime`) executes beyond the GEMMs: the one home of those facts.
+
+The cost terms read a runtime's traits from `RUNTIME_COSTS` instead of testing its name, so a framework profile
+that maps onto a runtime inherits all of them, and a new runtime is one entry here. Each number is counted from
+the code the runtime runs (file and function named next to it) or cited.
+
+  pytorch          eager PyTorch: `meshplan run` (executor/model.py, executor/layers.py, executor/step.py) and
+                   TorchTitan without torch.compile. One kernel per op; RoPE rotates fp32 copies; the loss
+                   upcasts the logits to fp32; AdamW is the foreach implementation; FSDP2 copies parameters in
+                   and out of its all-gather buffers.
+  pytorch-compile  the same stack with every block under torch.compile (TorchTitan's `compile.enable`; its loss
+                   stays eager): element-wise work fused into one pass per op group, fused AdamW
+                   (TorchTitan's default `optimizer.implementation = "fused"`), gradient-norm clipping.
+  megatron         Megatron-Core / Megatron-LM: fused kernels (LayerNorm, bias-GeLU, bias-dropout-add, RoPE),
+                   the vocab-parallel cross-entropy of megatron/core/tensor_parallel/cross_entropy.py, FusedAdam
+                   with fp32 main parameters and gradients, the distributed optimizer's contiguous buffers (no
+                   copies around its collectives), gradient-norm clipping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.layout.names import RUNTIME_NAMES
+
+# GPU time one more kernel launch adds to a stream of back-to-back kernels when nothing captures them in a CUDA
+# graph: NVIDIA Technical Blog "Getting Started with CUDA Graphs" (A. Gray, 2019): a 2.9 us kernel launched
+# back to back takes 3.8 us per launch without a graph (3.4 us with one), i.e. ~1 us of GPU time per launch on
+# top of the kernel; as recalled, LESS SURE for GPUs newer than the V100 it was measured on. GEMMs and the
+# attention kernel carry their own measured fixed cost (profile `half_flops`, `attention_half_flops`), so this
+# applies to the element-wise kernels only.
+KERNEL_LAUNCH_GAP_S = 1.0e-6
+
+FP32_BYTES = 4
+
+# Share of the TP collectives that TP-communication overlap hides (comm.tp_exposed_s), FITTED to published
+# measurements outside the validation set: TorchTitan's async-TP benchmark (docs/async_tp.md, PyTorch team, June
+# 2025, Grand Teton H100): Llama 3 70B on 256 GPUs (FSDP 32 x TP 8, compile, full AC, local batch 16) 1.09x and
+# Llama 3 8B on 64 GPUs (FSDP 8 x TP 8, compile, selective AC, local batch 12) 1.10x end-to-end over vanilla TP
+# in bf16. benchmarks/fit_tp_overlap.py finds the share for which this cost model (pytorch-compile runtime, the
+# interference factor included) reproduces both speed-ups and prints each one's value; this is their mean.
+# Megatron's --tp-comm-overlap (Transformer Engine userbuffers) pipelines the same all-gather/reduce-scatter
+# chunks with the same GEMMs; no like-for-like published ablation was found, so it takes the same value (LESS SURE).
+TP_OVERLAP_HIDDEN_FRACTION = 0.44
+
+
+@dataclass(frozen=True)
+class RuntimeCosts:
+    """Per-runtime facts the cost terms read (bytes are per element, per logit or per parameter)."""
+
+    name: str
+    eager_elementwise: bool
+    """One kernel and one HBM round trip per PyTorch op (elementwise.py counts them); False: fused kernels."""
+    cross_entropy_bytes: tuple[float, float]
+    """HBM bytes per logit of the loss (forward, backward), on top of the LM-head GEMM."""
+    fused_kernels_per_layer: tuple[int, int]
+    """Element-wise kernels one decoder layer launches per micro-batch (forward, backward) with fused kernels,
+    GEMMs and attention excluded (their fixed cost is measured with them); eager runtimes launch one per op
+    (fixed_costs.eager_kernels_per_layer)."""
+    optimizer_bytes_per_param: float
+    """HBM bytes the optimizer step moves per parameter it updates (the local shard)."""
+    step_bytes_per_unsharded_param: float
+    """HBM bytes per parameter of the rank's whole model chunk, once per step, outside the optimizer (Megatron
+    zeroes its contiguous gradient buffer; 0 where gradients are freed instead)."""
+    clip_bytes_per_param: float
+    """Gradient-norm clipping per local gradient: the norm reads it, the scaling reads and writes it."""
+    fsdp_copies: bool
+    """FSDP2 copies every all-gathered parameter out of its flat buffer on the compute stream."""
+    regather_after_backward: bool
+    """ZeRO-1/2 weights are resharded after every micro-batch's backward and gathered again for the next
+    forward (FSDP2's default `reshard_after_backward`; executor/fsdp.py sets no other)."""
+    reduce_after_last_backward_under_pp: bool
+    """Under pipeline parallelism the step's gradient reduction starts after the last backward (PyTorch's
+    `PipelineStage.perform_reduce_grad`), so nothing hides it."""
+    cp_overlapped: bool
+    """CP exchanges K/V while attention computes (ring attention, P2P); False: an all-gather before it."""
+    cp_attention_calls_per_rank: str
+    """How many fused-attention calls a CP rank makes per layer: "two" (its two load-balanced query chunks,
+    executor/cp.py) or "cp" (one per ring step)."""
+    zero_bubble_chunk_fsdp: bool
+    """Zero-bubble schedules shard only chunk roots (executor/fsdp.py `per_layer=False`): one all-gather of the
+    whole chunk before its first forward and one reduction after its last weight-gradient pass."""
+    interleaved_p2p_overlapped: bool
+    """The interleaved schedule overlaps stage-boundary sends with the next chunk's compute (Megatron-LM's
+    `--overlap-p2p-communication`, default on); False: blocking transfers (torch.distributed.pipelining)."""
+    tp_overlap_hidden: float
+    """Share of the TP collectives that TP-communication overlap hides behind the GEMMs when the workload asks
+    for it (`Workload.tp_comm_overlap`); 0 where the runtime cannot overlap them."""
+
+
+# Cross-entropy bytes per logit, counted per op:
+# pytorch (executor/model.py loss_fn: F.cross_entropy(logits.float(), ...)): forward: upcast (read 2, write 4),
+# log_softmax's three passes over an fp32 row too long for shared memory (max, sum-exp, write: read 12, write 4)
+# = 22; backward: nll_loss's dense gradient (write 4), log_softmax backward (sum pass read 4, then read 8 write 4),
+# the upcast's backward (read 4, write 2) = 26.
+# megatron (vocab_parallel_cross_entropy): forward: .float() (2 + 4), max (4), in-place subtract (8), exp (8),
+# sum (4), in-place divide (8) = 38; backward: in-place multiply by the loss gradient (8), the cast back (4 + 2)
+# = 14.
+# pytorch-compile: TorchTitan compiles the transformer blocks but calls the loss outside them
+# (`cross_entropy(pred.flatten(0, 1).float(), ...)` in train.py at 9dec370, the commit of its Dec 2024 benchmark;
+# docs/cost_sources.md 1.2), so the loss is the eager one. A compiled loss would move about 4 + 4 (two reductions
+# over the 16-bit logits, one fused backward): not assumed.
+_CE_EAGER = (22.0, 26.0)
+_CE_MEGATRON = (38.0, 14.0)
+
+# Optimizer step bytes per updated parameter (fp32 master weights, gradients, Adam moments):
+# foreach AdamW (torch.optim.adamw._multi_tensor_adamw, what executor/step.py builds): weight decay mul (8),
+# lerp of m with the gradient (12), mul of v (8), addcmul of v with g*g (16), sqrt (8), div (8), add eps (8),
+# addcdiv of the parameter (16) = 84.
+# fused AdamW (torch fused=True, Apex/TE FusedAdam): read p, g, m, v and write p, m, v = 28.
+# Megatron adds the copy of the updated fp32 main parameter into the 16-bit model parameter (read 4, write 2).
+_ADAM_FOREACH = 84.0
+_ADAM_FUSED = 28.0
+_MEGATRON_PARAM_COPY = 6.0
+# Clipping (torch.nn.utils.clip_grad_norm_ foreach; Megatron clip_grad_norm_fp32): norm reads g, scale reads and
+# writes it: 3 fp32 passes.
+_CLIP = 3.0 * FP32_BYTES
+
+RUNTIME_COSTS: dict[str, RuntimeCosts] = {
+    "pytorch": RuntimeCosts(
+        name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
+        optimizer_bytes_per_param=_ADAM_FOREACH, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=0.0,
+        fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
+        interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0,
+    ),
+    "pytorch-compile": RuntimeCosts(
+        name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
+        # Inductor fuses each group of point-wise ops between GEMMs: norm(+residual), RoPE, SwiGLU: about 6
+        # forward and 10 backward kernels per block (ESTIMATE from the op groups; not measured).
+        fused_kernels_per_layer=(6, 10),
+        optimizer_bytes_per_param=_ADAM_FUSED, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=_CLIP,
+        fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
+        interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
+    ),
+    "megatron": RuntimeCosts(
+        name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
+        # Fused kernels per layer: 2 LayerNorms, 2 bias-dropout-adds, bias-GeLU (or SwiGLU), RoPE, 16-bit casts
+        # of the fp32 residual path: about 6 forward and 10 backward (ESTIMATE from the fused ops listed).
+        fused_kernels_per_layer=(6, 10),
+        optimizer_bytes_per_param=_ADAM_FUSED + _MEGATRON_PARAM_COPY,
+        # DistributedDataParallel.zero_grad_buffer memsets the fp32 gradient buffer of the whole chunk each step.
+        step_bytes_per_unsharded_param=FP32_BYTES, clip_bytes_per_param=_CLIP,
+        fsdp_copies=False, regather_after_backward=False, reduce_after_last_backward_under_pp=False,
+        cp_overlapped=True, cp_attention_calls_per_rank="cp", zero_bubble_chunk_fsdp=False,
+        interleaved_p2p_overlapped=True, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
+    ),
+}
+
+if set(RUNTIME_COSTS) != set(RUNTIME_NAMES):  # one list of names (planner.layout.names), one table of traits
+    raise RuntimeError(f"RUNTIME_COSTS covers {sorted(RUNTIME_COSTS)} but Workload.runtime allows {list(RUNTIME_NAMES)}")
+
+
+def runtime_costs(workload) -> RuntimeCosts:
+    """The traits of a workload's runtime (workloads without one are the eager PyTorch default)."""
+    return RUNTIME_COSTS[getattr(workload, "runtime", "pytorch")]
+
+
+def grad_reduce_bytes(ctx) -> int:
+    """Bytes per gradient element the data-parallel reduction moves.
+
+    Mixed-precision training reduces fp32 gradients in both stacks: FSDP2/replicate with the executor's
+    `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)` (executor/fsdp.py), and Megatron-LM, whose
+    arguments.py turns on `accumulate_allreduce_grads_in_fp32` for every bf16 run ("bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32"). fp16 Megatron runs (loss scaling) reduce 16-bit gradients;
+    fp32 runs (CPU) reduce fp32.
+    """
+    if not ctx.mixed_precision:
+        return ctx.grad_bytes
+    if ctx.workload.dtype == "fp16" and ctx.workload.runtime == "megatron":
+        return ctx.grad_bytes
+    return FP32_BYTES

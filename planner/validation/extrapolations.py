@@ -1,0 +1,78 @@
+"""What a plan extrapolates: every knob that lies outside all validated runs, said in one line each.
+
+A prediction is only as good as the runs its cost model was checked on (records.py). For a plan this module
+lists, in words a user can act on, where it leaves that envelope:
+
+- a GPU family or a runtime with no validated run;
+- more GPUs than the largest validated run of the GPU family;
+- a deeper pipeline than any validated run, or a schedule no validated run used;
+- TP beyond one NVLink domain when no validated run did that;
+- CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached;
+- expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
+- ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
+- a predicted MFU above the best published MFU of the GPU family (then the prediction beats every run ever
+  published on that hardware, which is the first thing to doubt).
+"""
+
+from __future__ import annotations
+
+from planner.validation.bands import gpu_family
+from planner.validation.records import ValidatedRun, load_validated_runs
+
+CP_TOKENS_SLACK = 2.0
+"""A validated CP run covers a plan whose tokens per CP rank are at least 1/2 of its own."""
+
+
+def _best_mfu(runs: list[ValidatedRun]) -> ValidatedRun | None:
+    dense = [r for r in runs if not r.moe]
+    return max(dense, key=lambda r: r.published_mfu) if dense else None
+
+
+def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
+    """The plan's knobs outside every validated run (module docstring; `runs`: the committed ones by default);
+    empty when it is inside."""
+    from planner.solver.space import nvlink_domain_size
+
+    runs = list(load_validated_runs().runs if runs is None else runs)
+    family = gpu_family(ctx.gpu.name)
+    name = family.upper()
+    runtime = str(ctx.workload.runtime)
+    seq = int(ctx.workload.seq_len)
+    gpus = layout.world_size
+    domain = nvlink_domain_size(ctx.cluster)
+    same_family = [r for r in runs if r.family == family]
+    out: list[str] = []
+    if not same_family:
+        out.append(f"{name} GPUs: no validated run on this GPU family (its error band comes from other families)")
+    if not any(r.runtime == runtime for r in runs):
+        out.append(f"runtime {runtime}: no validated run on this training stack")
+    if same_family:
+        largest = max(same_family, key=lambda r: r.gpus)
+        if gpus > largest.gpus:
+            out.append(f"{gpus:,} GPUs: beyond the largest validated {name} run ({largest.gpus:,} GPUs, {largest.id})")
+    if layout.pp > 1:
+        deepest = max((r.pp for r in runs), default=1)
+        if layout.pp > deepest:
+            out.append(f"pp={layout.pp}: deeper than any validated pipeline (pp={deepest})")
+        if not any(r.pp > 1 and r.schedule == layout.schedule for r in runs):
+            out.append(f"schedule {layout.schedule}: no validated run used it")
+    if layout.tp > domain and not any(r.tp > r.nvlink_domain for r in runs):
+        out.append(f"tp={layout.tp} spans {-(-layout.tp // domain)} NVLink domains: no validated run has TP beyond one")
+    if layout.cp > 1:
+        per_rank = seq // layout.cp
+        if not any(r.cp >= layout.cp and r.seq_len / r.cp <= CP_TOKENS_SLACK * per_rank for r in runs):
+            out.append(f"cp={layout.cp} at {seq:,} tokens per sequence ({per_rank:,} per CP rank): no validated run "
+                       f"with cp >= {layout.cp} at <= {int(CP_TOKENS_SLACK * per_rank):,} tokens per CP rank")
+    if layout.ep > 1:
+        with_ep = [r for r in runs if r.moe and r.ep > 1]
+        if not with_ep:
+            out.append(f"ep={layout.ep}: no validated MoE run with expert parallelism")
+        elif layout.ep > max(r.ep for r in with_ep):
+            out.append(f"ep={layout.ep}: beyond the largest validated expert parallelism (ep={max(r.ep for r in with_ep)})")
+    if layout.zero == 3 and not any(r.zero == 3 for r in same_family):
+        out.append(f"ZeRO-3/FSDP: no validated ZeRO-3 run on {name}")
+    best = _best_mfu(same_family)
+    if best is not None and mfu > best.published_mfu:
+        out.append(f"predicted MFU {100 * mfu:.1f} % is above the best published {name} run "
+                   f"({100 * best.published_mfu:.1f} %, {best.id})")
+    return tuple(out)

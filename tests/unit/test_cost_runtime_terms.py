@@ -1,0 +1,213 @@
+"""Every cost term of the runtimes against a value computed by hand from its docstring's counts.
+
+Model used throughout: hidden 1024, 8 query heads and 2 KV heads of 128 (q = 1024, kv = 256), SwiGLU with
+f = 4096, RoPE; bf16 on a DGX H100 (HBM 3.35e12 B/s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hardware_profiles
+from planner.api import make_context
+from planner.cost import comm, compute, elementwise, fixed_costs, interference
+from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, RUNTIME_COSTS, grad_reduce_bytes
+from planner.layout import Workload
+from planner.layout.names import RUNTIME_NAMES
+from planner.model import ModelSpec
+
+MODEL = ModelSpec(name="m", num_layers=4, hidden_size=1024, num_heads=8, num_kv_heads=2, ffn_hidden_size=4096,
+                  vocab_size=32000, max_seq_len=4096, mlp="swiglu", norm="rmsnorm", position="rope",
+                  tied_embeddings=False)
+BW = 3.35e12
+H, Q, KV, F, V = 1024, 1024, 256, 4096, 32000
+
+
+def ctx_for(runtime: str, dtype: str = "bf16", cluster: str = "dgx-h100", **workload):
+    # framework "any": the runtime's own costs, no framework's rules or runtime settings (terms, not frameworks)
+    return make_context(MODEL, hardware_profiles.cluster(cluster, gpus=8),
+                        Workload(global_batch=8, seq_len=4096, runtime=runtime, dtype=dtype, **workload), framework="any")
+
+
+def test_runtime_table_covers_every_workload_runtime() -> None:
+    assert set(RUNTIME_COSTS) == set(RUNTIME_NAMES) == {"pytorch", "pytorch-compile", "megatron"}
+
+
+def test_elementwise_bytes_eager_and_fused() -> None:
+    # Eager (executor Block, op by op): forward SwiGLU 5f*2 + RoPE (q + kv)(2*2 + 44); backward 9f*2 + (q+kv)(4 + 68);
+    # norms + residual adds 10h*2 forward, 16h*2 backward.
+    eager = elementwise.layer_bytes_per_token(ctx_for("pytorch"))
+    assert eager.local_fwd == 5 * F * 2 + (Q + KV) * 48
+    assert eager.local_bwd == 9 * F * 2 + (Q + KV) * 72
+    assert (eager.replicated_fwd, eager.replicated_bwd) == (10 * H * 2, 16 * H * 2)
+    # Fused (megatron, compile): SwiGLU 3f, RoPE 2(q + kv) elements, norms + residual 10h; backward twice.
+    for runtime in ("megatron", "pytorch-compile"):
+        fused = elementwise.layer_bytes_per_token(ctx_for(runtime))
+        assert fused.local_fwd == (3 * F + 2 * (Q + KV)) * 2 and fused.local_bwd == 2 * fused.local_fwd
+        assert fused.replicated_fwd == 10 * H * 2 and fused.replicated_bwd == 2 * fused.replicated_fwd
+    # GQA repeat (eager only): K and V each read kv and write q, 2 bytes each
+    assert elementwise.gqa_repeat_bytes_per_token(ctx_for("pytorch")) == 2 * (Q + KV) * 2
+    assert elementwise.gqa_repeat_bytes_per_token(ctx_for("megatron")) == 0.0
+
+
+def test_cpu_runs_keep_the_reference_count() -> None:
+    """CPU profiles' measured overhead is a residual over the fused count, so the eager extras stay out."""
+    cpu = ctx_for("pytorch", dtype="fp32", cluster="local-cpu")
+    lb = elementwise.layer_bytes_per_token(cpu)
+    assert lb.local_fwd == (3 * F + 2 * (Q + KV)) * 4
+    assert elementwise.cross_entropy_bytes_per_logit(cpu) == (12.0, 24.0)
+    assert fixed_costs.layer_launch_s(cpu) == (0.0, 0.0)
+
+
+def test_layer_time_adds_the_elementwise_passes_and_launches() -> None:
+    tokens, one = np.array([4096.0]), np.array([1])
+    for runtime in ("pytorch", "megatron"):
+        ctx = ctx_for(runtime)
+        lt = ctx.layer_types[0]
+        t = compute.layer_time_s(ctx, lt, tokens, one, one, one, np.array([False]))
+        lb = elementwise.layer_bytes_per_token(ctx)
+        gqa = 4096 * elementwise.gqa_repeat_bytes_per_token(ctx) / BW
+        lf, lbk = fixed_costs.layer_launch_s(ctx)
+        gemm = t.wgrad_s[0]
+        ew_f = 4096 * (lb.local_fwd + lb.replicated_fwd) / BW + gqa + lf
+        ew_b = 4096 * (lb.local_bwd + lb.replicated_bwd) / BW + gqa + lbk
+        assert t.fwd_s[0] == pytest.approx(gemm + t.attn_fwd_s[0] + ew_f, rel=1e-12)
+        assert t.bwd_s[0] == pytest.approx(2 * gemm + 2.5 * t.attn_fwd_s[0] + ew_b, rel=1e-12)
+
+
+def test_kernel_launches_per_layer() -> None:
+    # eager Llama block with GQA: forward 2 norms + 2 adds + 2 x 9 RoPE + 2 SwiGLU + 2 repeat_interleave = 26;
+    # backward 2 x 2 + 2 + 2 x 14 + 3 + 2 = 39; fused runtimes 6 / 10.
+    assert fixed_costs.layer_launch_s(ctx_for("pytorch")) == pytest.approx((26e-6, 39e-6))
+    assert fixed_costs.layer_launch_s(ctx_for("megatron")) == pytest.approx((6 * KERNEL_LAUNCH_GAP_S, 10e-6))
+
+
+def test_cross_entropy_bytes_per_runtime() -> None:
+    tokens, tp = np.array([4096.0]), np.array([2])
+    # the compiled runtime keeps TorchTitan's eager loss
+    for runtime, (fwd, bwd) in (("pytorch", (22, 26)), ("megatron", (38, 14)), ("pytorch-compile", (22, 26))):
+        ctx = ctx_for(runtime)
+        logits = 4096 * V / 2
+        gemm = compute.head_forward_time_s(ctx, tokens, tp)[0] - logits * fwd / BW
+        assert compute.head_time_s(ctx, tokens, tp)[0] == pytest.approx(3 * gemm + logits * (fwd + bwd) / BW, rel=1e-12)
+
+
+def test_optimizer_step_bytes_per_runtime() -> None:
+    params, zero, shard = np.array([8e8]), np.array([1]), np.array([4])
+    local = 2e8
+    # foreach AdamW 84 B per local parameter, no clipping (meshplan run)
+    assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard)[0] == pytest.approx(local * 84 / BW)
+    # fused AdamW 28 + clipping 12
+    assert fixed_costs.optimizer_step_s(ctx_for("pytorch-compile"), params, zero, shard)[0] == pytest.approx(local * 40 / BW)
+    # Megatron: fused 28 + param copy 6 + clipping 12 per local parameter, + 4 B grad-buffer zeroing per unsharded one
+    assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard)[0] == pytest.approx(
+        (local * 46 + 8e8 * 4) / BW)
+
+
+def test_fsdp_copy_out() -> None:
+    # read + write of 2-byte weights per gathered parameter, per gather; none where gathers land in place
+    got = fixed_costs.fsdp_copy_s(ctx_for("pytorch"), np.array([1e9]), np.array([3.0]))
+    assert got[0] == pytest.approx(4 * 1e9 * 3 / BW)
+    assert fixed_costs.fsdp_copy_s(ctx_for("megatron"), np.array([1e9]), np.array([3.0]))[0] == 0.0
+
+
+def test_gradients_reduce_in_fp32_under_mixed_precision() -> None:
+    assert grad_reduce_bytes(ctx_for("megatron")) == 4  # Megatron arguments.py: bf16 -> fp32 reduction
+    assert grad_reduce_bytes(ctx_for("pytorch")) == 4  # FSDP2 reduce_dtype=float32 (executor/fsdp.py)
+    assert grad_reduce_bytes(ctx_for("megatron", dtype="fp16")) == 2  # fp16 with loss scaling reduces 16-bit
+    assert grad_reduce_bytes(ctx_for("pytorch", dtype="fp32", cluster="local-cpu")) == 4
+
+
+def test_interference_of_overlapped_communication() -> None:
+    # 10 ms of collective beside a 40 ms window, 1/4 of it with nothing to overlap: 2.5 ms alone, 7.5 ms beside
+    # compute that runs 18.9 % slower -> 2.5 + 0.189 * 7.5
+    assert interference.exposed_s(0.010, 0.040, 0.25, 0.189) == pytest.approx(0.0025 + 0.189 * 0.0075)
+    # longer than the window: 30 ms of 50 exposed, the 20 ms overlapped add 18.9 % of themselves
+    assert interference.exposed_s(0.050, 0.020, 0.0, 0.189) == pytest.approx(0.030 + 0.189 * 0.020)
+    assert interference.slowdown(ctx_for("megatron")) == 0.189  # DGX H100 profile (Lee et al. 2025)
+    assert interference.slowdown(ctx_for("pytorch", dtype="fp32", cluster="local-cpu")) == 0.0
+
+
+def test_tp_overlap_hides_its_share_behind_the_gemms() -> None:
+    on = ctx_for("megatron", tp_comm_overlap=True)
+    share = RUNTIME_COSTS["megatron"].tp_overlap_hidden
+    tp_s, gemm_s = np.array([0.004]), np.array([0.010])
+    got = comm.tp_exposed_s(on, tp_s, gemm_s, np.array([True]), np.array([8]))[0]
+    assert got == pytest.approx(0.004 * (1 - share) + 0.189 * 0.004 * share)
+    # off without SP, without the option, and on the eager runtime
+    assert comm.tp_exposed_s(on, tp_s, gemm_s, np.array([False]), np.array([8]))[0] == 0.004
+    assert comm.tp_exposed_s(ctx_for("megatron"), tp_s, gemm_s, np.array([True]), np.array([8]))[0] == 0.004
+    with pytest.raises(ValueError, match="tp_comm_overlap needs runtime"):
+        Workload(runtime="pytorch", tp_comm_overlap=True)
+
+
+def test_cp_exposure_and_attention_calls() -> None:
+    cp_s, attn_s = np.array([0.003]), np.array([0.005])
+    # the executor all-gathers before attention: all exposed; ring attention hides it, with interference
+    assert comm.cp_exposed_s(ctx_for("pytorch"), cp_s, attn_s)[0] == 0.003
+    assert comm.cp_exposed_s(ctx_for("megatron"), cp_s, attn_s)[0] == pytest.approx(0.189 * 0.003)
+    cp = np.array([1, 4])
+    assert compute.attention_calls(ctx_for("pytorch"), cp).tolist() == [1.0, 2.0]  # two query chunks per rank
+    assert compute.attention_calls(ctx_for("megatron"), cp).tolist() == [1.0, 4.0]  # one per ring step
+
+
+def test_cp_load_balance_gives_every_rank_one_cpth_of_the_causal_work() -> None:
+    """executor/cp.py: rank i holds chunks i and 2cp-1-i of c = S/(2cp) tokens; chunk g attends keys [0, (g+1)c)
+    with a causal lower-right mask, i.e. c*g*c + c^2/2 score elements."""
+    seq, cp = 8192, 4
+    c = seq // (2 * cp)
+    work = [sum(c * g * c + c * c / 2 for g in (i, 2 * cp - 1 - i)) for i in range(cp)]
+    assert work == [seq * seq / 2 / cp] * cp
+
+
+def test_zero12_weights_are_gathered_every_microbatch_under_fsdp2() -> None:
+    """FSDP2 reshards after every backward: ZeRO-1 gathers once per micro-batch (pytorch), once per step with
+    Megatron's distributed optimizer; the FSDP copy-out is paid per gather."""
+    lat, per_byte = 0.0, 1e-10
+    coeffs = (np.array([lat]), np.array([per_byte]))
+    one, m = np.array([1]), np.array([4])
+    params, layers = np.array([1e8]), np.array([4])
+    window = np.array([1e-9])  # nothing hides it
+    t = {r: comm.dp_time_s(ctx_for(r), params, one, m, coeffs, coeffs, coeffs, np.array([8]), window, window, layers,
+                           one)[0] for r in ("pytorch", "megatron")}
+    rs = 4 * 1e8 * per_byte + 4 * 1e8 / 8 * per_byte  # fp32 gradients once per step: RS + replicate all-reduce
+    ag = 2 * 1e8 * per_byte  # 16-bit weights
+    copy = 4 * 1e8 / BW
+    slow = 0.189 * 1e-9  # the hidden nanosecond slows compute by the interference factor
+    assert t["megatron"] == pytest.approx(rs + ag + 2 * slow, rel=1e-6)
+    assert t["pytorch"] == pytest.approx(rs + 4 * (ag + copy) + 5 * slow, rel=1e-6)
+
+
+def test_zero_bubble_weight_pass_is_the_gemms() -> None:
+    ctx = ctx_for("pytorch")
+    tokens, one = np.array([4096.0]), np.array([1])
+    lt = ctx.layer_types[0]
+    t = compute.layer_time_s(ctx, lt, tokens, one, one, one, np.array([False]))
+    from planner.cost.efficiency import gemm_time_s
+
+    gemm = sum(gemm_time_s(f * 4096, ctx.peak_flops, ctx.max_fraction, ctx.half_flops) for f in lt.gemm_flops_per_token)
+    assert t.wgrad_s[0] == pytest.approx(float(gemm), rel=1e-12)
+    # B (the rest of the backward) is longer than W: attention and element-wise backward stay in B
+    assert t.bwd_s[0] - t.wgrad_s[0] > t.wgrad_s[0]
+
+
+def test_pipeline_transfers_blocking_or_overlapped() -> None:
+    x, m, v, pp = np.array([0.001]), np.array([8]), np.array([2]), np.array([4])
+    window = np.array([0.0004])  # one chunk's forward: hides 0.4 ms of each 1 ms transfer
+    inter, one_f1b = np.array([2]), np.array([1])
+    # blocking (torch.distributed.pipelining): 2 (m v + p - 1) transfers on the critical path
+    assert comm.pp_exposed_s(ctx_for("pytorch"), x, m, v, pp, inter, window)[0] == pytest.approx(2 * (16 + 3) * 0.001)
+    # Megatron's interleaved schedule: fill/drain exposed, steady state beyond the chunk window + interference
+    got = comm.pp_exposed_s(ctx_for("megatron"), x, m, v, pp, inter, window)[0]
+    assert got == pytest.approx(2 * 3 * 0.001 + 2 * 16 * (0.0006 + 0.189 * 0.0004))
+    assert comm.pp_exposed_s(ctx_for("megatron"), x, m, v, pp, one_f1b, window)[0] == pytest.approx(2 * 19 * 0.001)
+    assert comm.pp_exposed_s(ctx_for("megatron"), x, m, v, np.array([1]), inter, window)[0] == 0.0
+
+
+def test_embedding_backward_writes_a_dense_gradient() -> None:
+    ctx = ctx_for("pytorch")
+    tokens, tp = np.array([4096.0]), np.array([2])
+    lookup = 4096 * H * 2 * 2 / BW  # forward gather: read and write h 2-byte elements per token
+    dense = 3 * (V / 2) * H * 2 / BW  # V/tp x h gradient written and accumulated each micro-batch
+    assert compute.embedding_time_s(ctx, tokens, tp)[0] == pytest.approx(3 * lookup + dense, rel=1e-12)

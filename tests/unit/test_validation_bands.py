@@ -1,0 +1,125 @@
+"""Error bands, extrapolations and the committed validated-runs file.
+
+The file must be valid, name cases that exist in benchmarks/data/published_runs.yaml, and still agree with the
+cost model (a few recorded errors are recomputed: if the model changed, regenerate it with
+`benchmarks/published_runs.py --write-validated`). Bands and extrapolations are checked on hand-made runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import hardware_profiles
+from planner.api import make_context
+from planner.layout import Layout, Workload
+from planner.model import preset
+from planner.validation.bands import Features, band_among, deviation, features
+from planner.validation.extrapolations import extrapolations
+from planner.validation.records import ValidatedRun, load_validated_runs
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def run(**kw) -> ValidatedRun:
+    base = dict(id="r", source="s", framework="f", family="h100", runtime="megatron", gpus=512, nvlink_domain=8,
+                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, moe=False, published_mfu=0.45,
+                error=-0.05, held_out=True)
+    return ValidatedRun(**{**base, **kw})
+
+
+def test_committed_file_is_valid_and_names_published_cases() -> None:
+    sys.path.insert(0, str(BENCH))
+    import published_runs
+
+    runs = load_validated_runs().runs
+    assert len(runs) >= 20
+    ids = {c["id"] for c in published_runs.load_cases()} if hasattr(published_runs, "load_cases") else None
+    if ids is not None:
+        assert {r.id for r in runs} <= ids
+    assert not any(r.framework == "deepspeed-2021-zero3" for r in runs)  # not a runtime meshplan models
+
+
+def test_committed_file_agrees_with_the_cost_model() -> None:
+    """Recompute the error of three recorded runs (one per framework family): a stale file fails here."""
+    sys.path.insert(0, str(BENCH))
+    import published_runs
+
+    by_id = {r.id: r for r in load_validated_runs().runs}
+    picks = [i for i in ("narayanan2021_table1_18.4B", "megatron_core_2024_h100_177B", "megatron_gpt3_175B_1024xA100")
+             if i in by_id]
+    assert picks, "none of the spot-checked cases is in the validated file"
+    df = published_runs.run(picks)
+    for row in df.itertuples():
+        assert row.error_pct / 100 == pytest.approx(by_id[row.case].error, abs=1e-6), (
+            f"{row.case}: the cost model now errs {row.error_pct:.3f} %, the file says {100 * by_id[row.case].error:.3f} %;"
+            " regenerate it with benchmarks/published_runs.py --write-validated")
+
+
+def test_deviation_is_real_over_predicted_minus_one() -> None:
+    # predicted 10 % too fast (error -0.10): the real step took 1/0.9 - 1 = 11.1 % longer than predicted
+    assert deviation(-0.10) == pytest.approx(1 / 0.9 - 1)
+    assert deviation(0.25) == pytest.approx(1 / 1.25 - 1)
+
+
+def test_band_backs_off_from_the_most_specific_features() -> None:
+    runs = [run(id="a", error=-0.10), run(id="b", error=-0.05), run(id="c", error=0.02, gpus=48),
+            run(id="d", error=0.01, gpus=32), run(id="e", error=-0.03, gpus=2048), run(id="f", error=0.10, tp=1),
+            run(id="g", error=-0.2, family="a100")]
+    f = features("h100", "megatron", 8, 1, 1, 1, 1, "1f1b", 512, 8)
+    band = band_among(f, runs)
+    # only a and b share the scale too; all features but scale match a..e: five runs
+    assert band.runs == 5 and "TP within NVLink" in band.basis and "GPUs" not in band.basis
+    assert band.low == pytest.approx(deviation(0.02)) and band.high == pytest.approx(deviation(-0.10))
+    # a runtime nobody validated falls back to the family's runs that share CP and EP (6 dense H100 runs)
+    other = band_among(features("h100", "pytorch", 8, 1, 1, 1, 1, "1f1b", 512, 8), runs)
+    assert other.runs == 6 and other.basis.endswith("with H100, no CP, no EP")
+    # an MoE plan does not take its band from dense runs while the family has enough MoE ones
+    moe = [run(id=f"m{i}", ep=8, moe=True, error=0.5) for i in range(5)]
+    assert band_among(features("h100", "pytorch", 8, 1, 1, 8, 1, "1f1b", 512, 8), runs + moe).high == pytest.approx(
+        deviation(0.5))
+    nothing = band_among(Features("b200", "pytorch", 1, "none", False, False, False, 0), runs)
+    assert nothing.runs == 7 and nothing.basis == "all 7 validated runs"
+
+
+def _ctx(cluster: str, gpus: int, seq: int = 8192):
+    return make_context(preset("llama3-70b"), hardware_profiles.cluster(cluster, gpus=gpus),
+                        Workload(global_batch_tokens=512 * seq, seq_len=seq, runtime="megatron"))
+
+
+def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
+    runs = [run(id="big", gpus=1024, pp=8, schedule="interleaved", published_mfu=0.47),
+            run(id="cp2", gpus=64, cp=2, seq_len=16384)]
+    ctx = _ctx("dgx-h100", 16384)
+    lay = Layout(dp=8, tp=8, pp=16, cp=16, num_microbatches=16, schedule="zb-h1")
+    got = extrapolations(ctx, lay, mfu=0.52, runs=runs)
+    text = " | ".join(got)
+    assert "16,384 GPUs: beyond the largest validated H100 run (1,024 GPUs, big)" in text
+    assert "pp=16: deeper than any validated pipeline (pp=8)" in text
+    assert "schedule zb-h1: no validated run used it" in text
+    assert "cp=16 at 8,192 tokens per sequence (512 per CP rank): no validated run with cp >= 16" in text
+    assert "predicted MFU 52.0 % is above the best published H100 run (47.0 %, big)" in text
+    # inside the envelope: nothing to say
+    small = Layout(dp=8, tp=8, pp=8, num_microbatches=8, schedule="interleaved", virtual_stages=2)
+    assert extrapolations(_ctx("dgx-h100", 512), small, mfu=0.40, runs=runs) == ()
+    # another GPU family, MoE without validated EP, ZeRO-3 with none validated
+    got = extrapolations(_ctx("dgx-a100", 64), Layout(dp=8, tp=8, zero=3, dp_shard=8, num_microbatches=64, ep=8),
+                         mfu=0.3, runs=runs)
+    assert any(g.startswith("A100 GPUs: no validated run on this GPU family") for g in got)
+    assert any(g.startswith("ep=8: no validated MoE run") for g in got)
+    assert any(g.startswith("ZeRO-3/FSDP: no validated ZeRO-3 run on A100") for g in got)
+
+
+def test_plans_carry_band_and_extrapolations_through_json() -> None:
+    from planner.api import search
+    from planner.plan import Plan
+
+    plan = search(preset("llama3-8b"), hardware_profiles.cluster("dgx-h100", gpus=8),
+                  Workload(global_batch=16, seq_len=8192, runtime="megatron"))[0]
+    assert plan.prediction.error_band is not None and plan.prediction.error_band.runs > 0
+    again = Plan.model_validate_json(plan.model_dump_json())
+    assert again == plan and again.prediction.extrapolations == plan.prediction.extrapolations
+    hi = plan.prediction.error_band.high
+    assert plan.prediction.pessimistic_step_time_s == pytest.approx(plan.prediction.step_time_s * (1 + hi))
