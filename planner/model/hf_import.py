@@ -96,8 +96,9 @@ def looks_like_hf_config(data: dict[str, Any]) -> bool:
 def missing_model_type(data: dict[str, Any], path: Path) -> UserError:
     """The error for an HF config.json without `model_type` (it says which family, from `architectures`)."""
     archs = data.get("architectures")
-    guess = next((ARCHITECTURE_TYPES[a] for a in archs if a in ARCHITECTURE_TYPES), None) if isinstance(archs, list) else None
-    fix = (f'add "model_type": "{guess}" (its architectures say {archs[0]})' if guess else
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    guess = next((ARCHITECTURE_TYPES[a] for a in names if a in ARCHITECTURE_TYPES), None)
+    fix = (f'add "model_type": "{guess}" (its architectures say {names[0]})' if guess else
            f'add "model_type" (one of {", ".join(SUPPORTED_MODEL_TYPES)}) as in the model\'s published config.json')
     return UserError("a Hugging Face config.json without 'model_type', so its family (and how to read its keys) "
                      "is unknown", where=str(path), fix=fix)

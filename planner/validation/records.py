@@ -10,12 +10,12 @@ test_validation_bands.py checks it is valid and that the cost model still predic
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hardware_profiles.reader import InputFileError, read_json
 from planner.layout import Schedule
 
 DATA_FILE = Path(__file__).with_name("validated_runs.json")
@@ -62,9 +62,9 @@ class ValidatedRuns(_Frozen):
 def load_validated_runs(path: Path = DATA_FILE) -> ValidatedRuns:
     """The validated runs (cached); a broken file is a clear error naming it, never a silent empty set."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(path, what="validated-runs file")
         return ValidatedRuns.model_validate(data)
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+    except (InputFileError, ValidationError) as exc:
         raise RuntimeError(f"{path}: not a valid validated-runs file ({exc}); regenerate it with "
                            "`benchmarks/published_runs.py --write-validated`") from None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -226,7 +227,10 @@ def test_impossible_prediction_numbers(workdir: Path, doc: dict, data: st.DataOb
     parent = doc["prediction"]
     for key in path[:-1]:
         parent = parent[key]
-    parent[path[-1]] = data.draw(st.sampled_from(BAD_NUMBERS))
+    bad = data.draw(st.sampled_from(BAD_NUMBERS))
+    if "error_band" in path and math.isfinite(bad):
+        bad = -1.0 - abs(bad)  # a band's ends are deviations: negative is fine, at or below -100 % is impossible
+    parent[path[-1]] = bad
     file = write(fresh(workdir, ".json"), json.dumps(doc))  # NaN and Infinity as Python's json writes them
     with pytest.raises(UserError) as info:
         Plan.load(file)
