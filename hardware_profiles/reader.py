@@ -96,8 +96,24 @@ def parse_json(text: str, *, where: str) -> Any:
     return data
 
 
+_CSafeLoader = getattr(yaml, "CSafeLoader", None)
+"""libyaml's parser with PyYAML's safe constructor (the same plain data as `yaml.safe_load`, about 10x
+faster: every command reads several profiles at start), where PyYAML was built with libyaml."""
+
+
 def parse_yaml(text: str, *, where: str) -> Any:
-    """`text` as YAML (`yaml.safe_load`: plain data only), bounded like `parse_json`."""
+    """`text` as YAML (`yaml.safe_load`: plain data only), bounded like `parse_json`.
+
+    Read with libyaml when available; a document it refuses is read again with PyYAML's own parser, whose
+    answer (the data, or the error and its position) is the one reported, so errors read the same either way."""
+    if _CSafeLoader is not None:
+        try:
+            data = yaml.load(text, Loader=_CSafeLoader)
+        except (yaml.YAMLError, RecursionError):
+            pass
+        else:
+            check_shape(data, where=where)
+            return data
     try:
         data = yaml.safe_load(text)
     except RecursionError:

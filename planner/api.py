@@ -56,8 +56,8 @@ def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: 
 
 
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
-    topo = ctx.topology
-    return tuple(RankPlacement(rank=r, host=int(topo.host_of(r)), gpu=int(topo.local_index(r))) for r in range(world))
+    return tuple(RankPlacement(rank=r, host=host, gpu=gpu)
+                 for r, (host, gpu) in enumerate(ctx.topology.hosts_and_indices(world)))
 
 
 def _cluster_json(cluster: Any) -> dict[str, Any]:

@@ -6,6 +6,10 @@ imports them all. Data goes to stdout (`out`), messages and errors to stderr (`e
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -18,18 +22,51 @@ rich squeezes typer's option tables until names are cut ("--num-microbatch…", 
 fits every option of every command (tests/unit/test_cli_help.py checks it). A wider terminal is used as is."""
 
 
-def _set_help_width() -> None:
-    """typer draws help in `typer.rich_utils.MAX_WIDTH` columns (None: the terminal's, 80 in a pipe)."""
+def _help_width() -> int | None:
+    """The columns to draw help in: the terminal's, at least HELP_WIDTH; None when the user set TERMINAL_WIDTH
+    (typer reads that choice itself)."""
     import os
     import shutil
 
-    import typer.rich_utils
-
-    if os.environ.get("TERMINAL_WIDTH"):  # the user's explicit choice, which typer reads itself
-        return
+    if os.environ.get("TERMINAL_WIDTH"):
+        return None
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() else shutil.get_terminal_size((0, 0)).columns
-    typer.rich_utils.MAX_WIDTH = max(width, HELP_WIDTH)
+    return max(width, HELP_WIDTH)
+
+
+class _HelpWidthOnImport(importlib.abc.MetaPathFinder):
+    """Sets `typer.rich_utils.MAX_WIDTH` (the columns typer draws help and usage errors in; None: the
+    terminal's, 80 in a pipe) when typer imports that module, which it does only to draw help or an error. A
+    command that draws neither then never imports it, nor rich.markdown and markdown_it behind it (about 0.1 s
+    of CPU at every start)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "typer.rich_utils":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: object) -> None:
+            run_module(module)
+            width = _help_width()
+            if width is not None:
+                module.MAX_WIDTH = width  # type: ignore[attr-defined]
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _set_help_width() -> None:
+    """Set typer's help width now if typer's rich module is loaded already, else once it is imported."""
+    loaded = sys.modules.get("typer.rich_utils")
+    if loaded is None:
+        sys.meta_path.insert(0, _HelpWidthOnImport())
+    elif (width := _help_width()) is not None:
+        loaded.MAX_WIDTH = width
 
 
 _set_help_width()

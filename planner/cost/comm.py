@@ -80,6 +80,9 @@ class AxisBandwidth:
         self._store = store
         self._cache = store.scalar
         self._measured = store.measured
+        # A capacity-only view answers the same for every world of a group pattern (size, stride); measured
+        # collectives (which check every group lies in one host) may not.
+        self._world_free = bool(getattr(topology, "answers_ignore_world", False)) and not self._measured.table
 
     def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
         """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
@@ -133,11 +136,18 @@ class AxisBandwidth:
         return a[pos], b[pos]
 
     def _add_columns(self, kind: str, new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Ask the topology for the packed keys `new` (none cached yet) and merge them into the table."""
-        new_a, new_b = np.empty(len(new)), np.empty(len(new))
-        for i, k in enumerate(new.tolist()):
+        """Ask the topology for the packed keys `new` (none cached yet) and merge them into the table (once per
+        group pattern where the answer does not depend on the world)."""
+        ask, spread = new, None
+        if self._world_free:
+            _, first, spread = np.unique(new >> _FIELD_BITS, return_index=True, return_inverse=True)
+            ask = new[first]
+        new_a, new_b = np.empty(len(ask)), np.empty(len(ask))
+        for i, k in enumerate(ask.tolist()):
             n, st, w = k >> (2 * _FIELD_BITS), (k >> _FIELD_BITS) & _FIELD_MASK, k & _FIELD_MASK
             new_a[i], new_b[i], _ = self.coeffs(kind, (w // (n * st), n, st), 1)
+        if spread is not None:
+            new_a, new_b = new_a[spread.reshape(-1)], new_b[spread.reshape(-1)]
         keys, a, b = self._store.columns.get(kind, _EMPTY)
         keys, a, b = np.concatenate([keys, new]), np.concatenate([a, new_a]), np.concatenate([b, new_b])
         order = np.argsort(keys, kind="stable")

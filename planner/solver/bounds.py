@@ -85,7 +85,24 @@ def _tp_allreduce_coeffs(bw: AxisBandwidth, tp: np.ndarray, world: np.ndarray, p
     if order is not None and tuple(order)[-1] != "tp":
         zero = np.zeros(len(tp))
         return zero, zero
-    return bw.columns("all_reduce", tp, np.ones_like(tp), world)
+    return _tiling_groups_exact(bw, "all_reduce", tp, np.ones_like(tp), world)
+
+
+def _tiling_groups_exact(bw: AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):
+    """(a, b) columns for a bound: the topology's own for groups whose pattern tiles the cluster, capacity-only
+    ones (never slower, `Topology.axis_collective_bound`; the layer bound grows with both) for the rest.
+
+    A pattern that leaves GPUs idle (tp = 3 on 1,024 GPUs) is costed over the ranks in use, one ring routing per
+    distinct count: hundreds on a cluster whose size shares few divisors with the batch, which the first search
+    would pay for shapes with idle GPUs it rarely visits; their rows are still evaluated exactly."""
+    tiles = bw.num_gpus % (size * stride) == 0
+    if tiles.all():
+        return bw.columns(kind, size, stride, world)
+    a, b = AxisBandwidth(_bound_topology(bw.topology)).columns(kind, size, stride, world)
+    if tiles.any():
+        a, b = a.copy(), b.copy()
+        a[tiles], b[tiles] = bw.columns(kind, size[tiles], stride[tiles], world[tiles])
+    return a, b
 
 
 def _distinct_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +126,7 @@ def _cp_allgather_coeffs(bw: AxisBandwidth, tp: np.ndarray, cp: np.ndarray, worl
     if order[order.index("cp") + 1:] != ("tp",):
         zero = np.zeros(len(tp))
         return zero, zero
-    return bw.columns("all_gather", cp, tp, world)
+    return _tiling_groups_exact(bw, "all_gather", cp, tp, world)
 
 
 def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world, cp_world):
@@ -294,6 +311,9 @@ class _OptimisticTopology:
 
     def __init__(self, topology, exact: set[tuple[int, int]]) -> None:
         self.topology, self.exact, self.num_gpus = topology, exact, topology.num_gpus
+        # Capacity-only answers depend on the group's size and stride alone, not on the ranks in use
+        # (planner.topology.optimistic), so `AxisBandwidth` asks once per pattern.
+        self.answers_ignore_world = not exact
 
     def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
         return getattr(self.topology, name)

@@ -63,6 +63,13 @@ class Topology:
         self._check_rank(rank)
         return rank % self.layout.gpus_per_node
 
+    def hosts_and_indices(self, count: int) -> list[tuple[int, int]]:
+        """(host_of, local_index) of GPUs 0..count-1, at once (a plan places up to every GPU of the cluster)."""
+        if not 0 <= count <= self.num_gpus:
+            raise IndexError(f"{count} ranks do not fit the cluster's {self.num_gpus} GPUs")
+        per_host = int(self.layout.gpus_per_node)
+        return [divmod(rank, per_host) for rank in range(count)]
+
     def gpu_profile(self, rank: int) -> GPUProfile:
         """GPU profile of `rank` (differs by host in a heterogeneous cluster)."""
         return self.cluster.gpu_profile_of_host(self.host_of(rank))
