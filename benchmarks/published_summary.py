@@ -32,7 +32,7 @@ def summary_row(name: str, part: pd.DataFrame) -> dict[str, object]:
         "signed_mean_pct": float(err[ok].mean()) if ok.any() else np.nan,
         "mean_gain_pct": float(part["gain_pct"].mean()) if part["gain_pct"].notna().any() else np.nan,
         "max_gain_pct": float(part["gain_pct"].max()) if part["gain_pct"].notna().any() else np.nan,
-        "top5": f"{int(top5.sum())}/{len(part)}",
+        "top5": f"{int(top5.astype(bool).sum())}/{len(part)}",
     }
 
 

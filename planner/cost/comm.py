@@ -228,6 +228,32 @@ def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) ->
     return ep_layer_bwd_s(ctx, a2a, tokens, ep) + affine(a2a, counts)
 
 
+def ep_dispatch_tokens(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Tokens of one micro-batch a rank sends through the EP all-to-all: its sequence-parallel shard (T/tp) where
+    the runtime dispatches after SP (`RuntimeCosts.ep_dispatch_sequence_shard`), else all T."""
+    if not runtime_costs(ctx.workload).ep_dispatch_sequence_shard:
+        return tokens
+    return np.where(np.asarray(sp, dtype=bool) & (tp > 1), tokens / np.maximum(tp, 1), tokens)
+
+
+def etp_layer_s(ctx: CostContext, ar, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Expert-TP exchange of one MoE layer and micro-batch, one pass (forward or backward alike).
+
+    Where the dispatcher sends sequence shards (`ep_dispatch_tokens`), the rows an EP rank receives are
+    all-gathered over TP before the expert GEMMs and their outputs reduce-scattered after them: together one
+    all-reduce volume of the top_k T h routed rows (the backward runs the same pair reversed). The MoE layer then
+    makes no dense-MLP TP exchange, one of the two all-reduce volumes `tp_layer_fwd_s` counts per layer, unless
+    shared experts (which gather the hidden states like a dense MLP) are present: that one is taken off here.
+    """
+    moe = ctx.model.moe
+    if moe is None or not runtime_costs(ctx.workload).ep_dispatch_sequence_shard:
+        return np.zeros_like(tokens, dtype=float)
+    on = np.asarray(sp, dtype=bool) & (tp > 1)
+    rows = tokens * moe.top_k * ctx.model.hidden_size * ctx.act_bytes
+    mlp = tokens * ctx.model.hidden_size * ctx.act_bytes if moe.num_shared_experts == 0 else 0.0
+    return np.where(on, affine(ar, rows) - affine(ar, np.where(on, mlp, 0.0)), 0.0)
+
+
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
     """One stage-boundary transfer of one micro-batch's activations (scatter/gather: 1/tp of them)."""
     msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(sp | (tp > 1), tp, 1)

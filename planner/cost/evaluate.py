@@ -129,8 +129,13 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         lt_time = compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, sp)
         attn = lt_time.attn_fwd_s
         rec = compute.recompute_time_s(rc, lt_time.fwd_s, attn)
-        ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
-        ep_b = comm.ep_layer_bwd_s(ctx, ep_a2a, tokens, ep) if lt.expert_flops_per_token else 0.0
+        ep_f = ep_b = 0.0
+        if lt.expert_flops_per_token:
+            # EP all-to-alls of the tokens the dispatcher sends, plus the expert-TP exchange where it applies.
+            sent = comm.ep_dispatch_tokens(ctx, tokens, tp, sp)
+            etp = comm.etp_layer_s(ctx, tp_ar, tokens, tp, sp)
+            ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, sent, ep) + etp
+            ep_b = comm.ep_layer_bwd_s(ctx, ep_a2a, sent, ep) + etp
         # CP: the K/V all-gather before the attention core's forward, the gradient reduce-scatter after its
         # backward (exposed, or overlapped with it by ring attention: comm.cp_exposed_s); full recomputation
         # repeats the gather.

@@ -86,6 +86,11 @@ class RuntimeCosts:
     tp_overlap_hidden: float
     """Share of the TP collectives that TP-communication overlap hides behind the GEMMs when the workload asks
     for it (`Workload.tp_comm_overlap`); 0 where the runtime cannot overlap them."""
+    ep_dispatch_sequence_shard: bool
+    """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
+    through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
+    on the way back), so every TP rank of the expert computes its FFN columns for all of them; False: every TP
+    rank dispatches the whole micro-batch (the executor's MoE, executor/moe.py)."""
 
 
 # Cross-entropy bytes per logit, counted per op:
@@ -122,7 +127,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         optimizer_bytes_per_param=_ADAM_FOREACH, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=0.0,
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
-        interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0,
+        interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -133,6 +138,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
+        ep_dispatch_sequence_shard=False,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -145,6 +151,12 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=False, regather_after_backward=False, reduce_after_last_backward_under_pp=False,
         cp_overlapped=True, cp_attention_calls_per_rank="cp", zero_bubble_chunk_fsdp=False,
         interleaved_p2p_overlapped=True, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
+        # MoEAlltoAllTokenDispatcher.token_permutation / token_unpermutation (megatron/core/transformer/moe/
+        # token_dispatcher.py at df0430dbf2, 2025-04, the Megatron-Core of Liu et al. 2025): all_to_all over the
+        # EP group of the local (sequence-parallel) tokens, then gather_from_sequence_parallel_region over the
+        # expert-TP group; the combine reduce-scatters over TP before the reverse all_to_all. MoELayer refuses
+        # TP > 1 without sequence parallelism in training (moe_layer.py).
+        ep_dispatch_sequence_shard=True,
     ),
 }
 

@@ -211,3 +211,31 @@ def test_embedding_backward_writes_a_dense_gradient() -> None:
     lookup = 4096 * H * 2 * 2 / BW  # forward gather: read and write h 2-byte elements per token
     dense = 3 * (V / 2) * H * 2 / BW  # V/tp x h gradient written and accumulated each micro-batch
     assert compute.embedding_time_s(ctx, tokens, tp)[0] == pytest.approx(3 * lookup + dense, rel=1e-12)
+
+
+def test_megatron_moe_dispatch_sends_the_sequence_shard_and_exchanges_rows_over_expert_tp() -> None:
+    """Megatron-Core's all-to-all dispatcher: T/tp tokens over EP, then top_k T h rows gathered/scattered over TP."""
+    from planner.model.spec import MoESpec
+
+    moe_model = MODEL.model_copy(update={"moe": MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024)})
+    tokens, tp, on, off = np.array([4096.0]), np.array([4]), np.array([True]), np.array([False])
+    ar, a2a = (np.array([1e-5]), np.array([1e-10])), (np.array([2e-5]), np.array([3e-10]))
+    mega = make_context(moe_model, hardware_profiles.cluster("dgx-h100", gpus=8),
+                        Workload(global_batch=8, seq_len=4096, runtime="megatron"), framework="any")
+    eager = make_context(moe_model, hardware_profiles.cluster("dgx-h100", gpus=8),
+                         Workload(global_batch=8, seq_len=4096, runtime="pytorch"), framework="any")
+    assert comm.ep_dispatch_tokens(mega, tokens, tp, on)[0] == 1024.0  # the SP shard
+    assert comm.ep_dispatch_tokens(mega, tokens, tp, off)[0] == 4096.0  # no SP: whole micro-batch
+    assert comm.ep_dispatch_tokens(eager, tokens, tp, on)[0] == 4096.0  # the executor dispatches every token
+    # Expert-TP exchange: one all-reduce volume of top_k T h rows, less the dense MLP's T h volume it replaces.
+    rows, mlp = 4096 * 2 * H * 2, 4096 * H * 2
+    assert comm.etp_layer_s(mega, ar, tokens, tp, on)[0] == pytest.approx(1e-10 * (rows - mlp))
+    assert comm.etp_layer_s(mega, ar, tokens, tp, off)[0] == 0.0
+    assert comm.etp_layer_s(eager, ar, tokens, tp, on)[0] == 0.0
+    shared = make_context(moe_model.model_copy(update={"moe": MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, num_shared_experts=1)}),
+                          hardware_profiles.cluster("dgx-h100", gpus=8),
+                          Workload(global_batch=8, seq_len=4096, runtime="megatron"), framework="any")
+    assert comm.etp_layer_s(shared, ar, tokens, tp, on)[0] == pytest.approx(1e-5 + 1e-10 * rows)
+    # The all-to-all of the shard: dispatch + combine of T/tp top_k h each way, plus the counts.
+    sent = comm.ep_dispatch_tokens(mega, tokens, tp, on)
+    assert comm.ep_layer_bwd_s(mega, a2a, sent, np.array([2]))[0] == pytest.approx(2 * (2e-5 + 3e-10 * 1024 * 2 * H * 2))
