@@ -13,7 +13,8 @@ faster. So the benchmark re-costs the published layout (and the framework's own 
   ends-one-fewer  the first and the last chunk get one layer fewer than the others: Qi et al. 2024 (zero bubble,
                   Sec. 5: "both the initial and final pipeline stages possess one fewer transformer layer") and
                   the Llama 3 paper (Sec. 3.3.2: "reduce one Transformer layer each from the first and the last
-                  stages")
+                  stages"); with one layer per chunk (Qi et al.'s interleaved runs: the fork pads num_layers by one
+                  at each end, --allow-padding-num-layers) the first and last chunk hold only the embedding and the head
   (absent)        the framework takes any split (TorchTitan's split points, DeepSeek's DualPipe): the planner's.
 When the layers do not divide as the rule needs, the planner's split stays (the rule could not have run them).
 """
@@ -37,7 +38,7 @@ def rule_partition(rule: str | None, num_layers: int, pp: int, v: int) -> tuple[
     if rule == "even":
         return (num_layers // chunks,) * chunks if num_layers % chunks == 0 else None
     if rule == "ends-one-fewer":
-        if (num_layers + 2) % chunks or (num_layers + 2) // chunks < 2:
+        if (num_layers + 2) % chunks:
             return None
         per = (num_layers + 2) // chunks
         return (per - 1,) + (per,) * (chunks - 2) + (per - 1,)

@@ -109,9 +109,13 @@ GENERIC_RULES: tuple[Rule, ...] = (
     Rule("pp_at_most_layers", ("pp",), ("num_layers",), lambda c, f: c["pp"] <= f.num_layers,
          lambda r, f: f"pp={r['pp']} exceeds num_layers={f.num_layers}", "use at most one pipeline rank per layer",
          "every pipeline rank holds at least one layer"),
-    Rule("chunks_at_most_layers", ("pp", "v"), ("num_layers",), lambda c, f: (c["v"] == 1) | (c["pp"] * c["v"] <= f.num_layers),
-         lambda r, f: f"pp*virtual_stages={r['pp'] * r['v']} exceeds num_layers={f.num_layers}",
-         "use fewer virtual stages", "every model chunk holds at least one layer"),
+    Rule("chunks_at_most_layers", ("pp", "v"), ("num_layers",),
+         lambda c, f: (c["v"] == 1) | (c["pp"] * c["v"] <= f.num_layers + 2),
+         lambda r, f: f"pp*virtual_stages={r['pp'] * r['v']} exceeds num_layers+2={f.num_layers + 2}",
+         "use fewer virtual stages",
+         "every model chunk holds at least one layer, except that the first may hold only the embedding and the "
+         "last only the LM head (Qi et al. 2024's Megatron-LM fork pads num_layers, --allow-padding-num-layers, "
+         "and runs interleaving with one layer per virtual stage)"),
     Rule("ep_divides_experts", ("ep",), ("num_experts",), lambda c, f: f.num_experts % c["ep"] == 0,
          lambda r, f: f"ep={r['ep']}: num_experts={f.num_experts} is not divisible by ep"
          + (" (a dense model: no experts to shard)" if f.num_experts == 1 else ""),
