@@ -70,9 +70,11 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"schedule": ("1f1b", "interleaved"), "recompute": ("none", "full"), "zero": 0,
                      "sequence_parallel": False, "cp": 1, "ep": 1},
         # fp16 with loss scaling (the 2021 example scripts pass --fp16: examples/pretrain_gpt3_175B.sh, quoted in the
-        # GPT-3 175B case), stage-boundary sends blocking (--overlap-p2p-communication came with Megatron-Core).
+        # GPT-3 175B case), stage-boundary sends blocking (--overlap-p2p-communication came with Megatron-Core), no
+        # gradient-accumulation fusion (--gradient-accumulation-fusion arrived 2022-02-13, Megatron-LM 83b1e42f; the
+        # April 2021 DDP hook adds each micro-batch's gradient into main_grad, aed2f75e megatron/model/distributed.py).
         "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "dtype": "fp16",
-                     "overlap_pp_comm": False},
+                     "overlap_pp_comm": False, "grad_accumulation_fusion": False},
     },
     "deepspeed-2021-zero3": {
         # Narayanan et al. 2021 Table 2 baseline: DeepSpeed ZeRO-3 "without any model parallelism".

@@ -12,7 +12,10 @@ Per decoder layer and micro-batch on one GPU (tokens T = micro_batch * seq_len /
 - MoE: the router GEMM (replicated) and the top-k routed experts (expert GEMMs of T*top_k*ep/E tokens each);
 - memory-bound element-wise work (norms, residual adds, RoPE, activation function): bytes / HBM bandwidth, the
   bytes counted per runtime by `elementwise.py` (fused kernels, or eager PyTorch op by op), plus the GPU time of
-  launching those kernels back to back (`fixed_costs.layer_launch_s`).
+  launching those kernels back to back (`fixed_costs.layer_launch_s`);
+- without gradient-accumulation fusion (`Workload.grad_accumulation_fusion` False, Megatron-LM 2021), the
+  backward's separate add of the weight gradients into the gradient buffer: 6 bytes per local parameter / HBM
+  bandwidth (`unfused_grad_accumulation_s`).
 GEMM backward costs 2x forward (input and weight gradients, the standard 1:2 ratio, Narayanan et al. 2021
 Sec. 5.1 Eq. 3 derivation); zero-bubble schedules split the backward into B (input gradients: the dX GEMMs, the
 attention and element-wise backward, recomputation) and W (weight gradients: the dW GEMMs, as many FLOPs as the
@@ -29,7 +32,7 @@ import numpy as np
 from planner.cost import elementwise, fixed_costs, overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
-from planner.cost.runtime import runtime_costs
+from planner.cost.runtime import UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM, runtime_costs
 
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
 
@@ -101,12 +104,24 @@ def layer_time_s(
     launch_f, launch_b = fixed_costs.layer_launch_s(ctx)
     ew_f = tokens * (lb.local_fwd / t + lb.replicated_fwd * replicated) / bw + gqa + launch_f
     ew_b = tokens * (lb.local_bwd / t + lb.replicated_bwd * replicated) / bw + gqa + launch_b
+    ew_b = ew_b + unfused_grad_accumulation_s(ctx, lt, tp, ep)
     fwd = gemm + attn_f + ew_f
     bwd = BACKWARD_TO_FORWARD * gemm + ew_b + attn_b
     # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).
     o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
     fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
     return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=np.minimum(gemm, bwd))
+
+
+def unfused_grad_accumulation_s(ctx: CostContext, lt: LayerType, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Seconds per micro-batch that adding one layer's weight gradients into the gradient buffer takes when the
+    runtime does not fuse it into the weight-gradient GEMM (`Workload.grad_accumulation_fusion` False): HBM passes
+    over the layer's local parameters (`runtime.UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM`); 0 when fused."""
+    zeros = np.zeros(np.shape(tp), dtype=float)
+    if getattr(ctx.workload, "grad_accumulation_fusion", True):
+        return zeros
+    local = (lt.dense_params + lt.expert_params / ep) / tp.astype(float)
+    return zeros + local * UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / ctx.memory_bandwidth_Bps
 
 
 def attention_calls(ctx: CostContext, cp: np.ndarray) -> np.ndarray:

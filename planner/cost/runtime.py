@@ -33,6 +33,15 @@ KERNEL_LAUNCH_GAP_S = 1.0e-6
 
 FP32_BYTES = 4
 
+# HBM bytes per local parameter and micro-batch of an unfused gradient accumulation (Workload.grad_accumulation_fusion
+# False): Megatron-LM 2021 (aed2f75e, megatron/model/distributed.py DistributedDataParallel param_hook) runs
+# `param.main_grad.add_(param.grad.data)` after every backward: the weight-gradient GEMM writes param.grad, then the
+# add reads it and main_grad and writes main_grad. Beyond the fused path (--gradient-accumulation-fusion, 83b1e42f,
+# 2022-02-13, whose wgrad GEMM accumulates into main_grad itself) that is one read of the gradient and one read and
+# one write of the buffer: 3 x 2 bytes with the 2021 fp16 buffers (main_grad is fp32 only with
+# --accumulate-allreduce-grads-in-fp32 or bf16, not set by the fp16 runs of that year).
+UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM = 6.0
+
 # Share of the TP collectives that TP-communication overlap hides (comm.tp_exposed_s), FITTED to published
 # measurements outside the validation set: TorchTitan's async-TP benchmark (docs/async_tp.md, PyTorch team, June
 # 2025, Grand Teton H100): Llama 3 70B on 256 GPUs (FSDP 32 x TP 8, compile, full AC, local batch 16) 1.09x and

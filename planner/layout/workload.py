@@ -75,6 +75,13 @@ class Workload(BaseModel):
         "(Megatron --tp-comm-overlap, PyTorch async TP under torch.compile). Both need sequence parallelism, so it "
         "applies to layouts with it; not available on the eager pytorch runtime.",
     )
+    grad_accumulation_fusion: bool = Field(
+        True,
+        description="The weight-gradient GEMM accumulates straight into the gradient buffer (Megatron "
+        "--gradient-accumulation-fusion, since Megatron-LM 83b1e42f, Feb 2022). False models a release that adds "
+        "each micro-batch's weight gradients into the buffer in a separate pass (Megatron-LM 2021: "
+        "param.main_grad.add_(param.grad) in its DDP hook): 6 more HBM bytes per local parameter per micro-batch.",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )

@@ -239,3 +239,19 @@ def test_megatron_moe_dispatch_sends_the_sequence_shard_and_exchanges_rows_over_
     # The all-to-all of the shard: dispatch + combine of T/tp top_k h each way, plus the counts.
     sent = comm.ep_dispatch_tokens(mega, tokens, tp, on)
     assert comm.ep_layer_bwd_s(mega, a2a, sent, np.array([2]))[0] == pytest.approx(2 * (2e-5 + 3e-10 * 1024 * 2 * H * 2))
+
+
+def test_unfused_gradient_accumulation_adds_six_bytes_per_local_parameter() -> None:
+    # Megatron-LM 2021's DDP hook: main_grad.add_(grad) per micro-batch, read grad + read and write main_grad (fp16)
+    tokens, one, sp = np.array([4096.0, 4096.0]), np.array([1, 1]), np.array([False, False])
+    tp = np.array([1, 4])
+    fused, unfused = ctx_for("megatron"), ctx_for("megatron", grad_accumulation_fusion=False)
+    lt = fused.layer_types[0]
+    a = compute.layer_time_s(fused, lt, tokens, tp, one, one, sp)
+    b = compute.layer_time_s(unfused, lt, tokens, tp, one, one, sp)
+    params = 2 * H * Q + 2 * H * KV + 3 * H * F + 2 * H  # q, o, k, v, gate/up/down, two RMSNorm weights
+    assert lt.dense_params == params
+    extra = 6.0 * params / tp / BW
+    assert b.bwd_s == pytest.approx(a.bwd_s + extra, rel=1e-12)
+    assert b.fwd_s == pytest.approx(a.fwd_s, rel=1e-12)  # forward untouched
+    assert np.all(extra > 0) and extra[0] == pytest.approx(4 * extra[1])
