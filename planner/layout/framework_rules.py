@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
-from planner.layout.names import DEFAULT_MESH_AXES, RECOMPUTE_NAMES
+from planner.layout.names import DEFAULT_MESH_AXES, FRAMEWORK_NAMES, RECOMPUTE_NAMES
 from planner.layout.rule import TRAITS, Columns, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES, ScheduleCode, missing_in, name_in
 from planner.layout.table import MESH_ORDERS, SEARCHED_ORDERS, axis_sizes
@@ -198,6 +198,13 @@ DEEPSPEED = frozenset({"deepspeed"})
 
 FRAMEWORK_RULES: tuple[Rule, ...] = (
     *(rule for name, f in FEATURES.items() for rule in _feature_rules(name, f)),
+    # Every framework meshplan plans for gives each model chunk at least one decoder layer; the generic rule
+    # (chunks_at_most_layers) also admits the embedding-only and head-only end chunks of padded Megatron forks.
+    Rule("chunks_hold_a_layer", ("pp", "v"), ("num_layers",),
+         lambda c, f: (c["v"] == 1) | (c["pp"] * c["v"] <= f.num_layers),
+         lambda r, f: f"pp*virtual_stages={r['pp'] * r['v']} exceeds num_layers={f.num_layers}",
+         "use fewer virtual stages", "meshplan run, TorchTitan, Megatron-Core as exported and DeepSpeed split the "
+         "decoder layers over the model chunks: every chunk holds at least one", frozenset(FRAMEWORK_NAMES)),
     # meshplan run (executor/): how it composes expert parallelism with the data axes, and its precisions.
     Rule("meshplan.ep-group", ("ep", "dp", "dp_shard", "cp", "order"), (), lambda c, f: _ep_blocks(c),
          lambda r, f: _ep_text(r), "choose another ep or reorder mesh_axes",

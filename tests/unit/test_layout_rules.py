@@ -140,3 +140,18 @@ def test_cli_plans_the_tiny_model_with_its_defaults() -> None:
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
     assert plan["inputs"]["workload"]["seq_len"] == 64 and plan["inputs"]["workload"]["global_batch"] == 512
+
+
+def test_end_chunks_without_a_layer_only_outside_the_real_frameworks() -> None:
+    """pp*v may reach num_layers + 2 (embedding-only and head-only end chunks, as padded Megatron forks run
+    interleaving) for framework "any"; every framework meshplan plans for needs a decoder layer per chunk."""
+    model = preset("tiny")  # 4 layers
+    layout = Layout(dp=2, pp=2, virtual_stages=3, schedule="interleaved", micro_batch=32, num_microbatches=8)
+    workload = Workload.for_model(model, dtype="fp32")
+    rules.check(layout, model, workload, 4, framework="any")
+    for framework in ("meshplan", "torchtitan", "megatron", "deepspeed"):
+        with pytest.raises(UserError, match="chunks_hold_a_layer"):
+            rules.check(layout, model, workload, 4, framework=framework)
+    with pytest.raises(UserError, match="chunks_at_most_layers"):
+        rules.check(layout.model_copy(update={"virtual_stages": 4, "num_microbatches": 8}), model, workload, 4,
+                    framework="any")
