@@ -271,13 +271,11 @@ def dp_option_bound_s(ctx: CostContext, options: dict[str, np.ndarray], orders: 
     the mesh order -- a lower bound of `dp_bound_s` over every row it expands to: the least over the mesh
     orders `orders` (codes of `MESH_ORDERS`, a superset of those its rows get) and over zero-bubble schedules
     or not. Each candidate is that row's own `dp_bound_s`, element for element, so the least is never above it."""
-    n = len(options["tp"])
-    best = np.full(n, np.inf)
-    for order in orders:
-        table = dict(options, order=np.full(n, order, dtype=np.int64))
-        for zero_bubble in (False, True):
-            best = np.minimum(best, _dp_bound_s(ctx, table, np.full(n, zero_bubble)))
-    return best
+    n, ways = len(options["tp"]), 2 * len(orders)  # every (order, zero-bubble) at once, in one call
+    table = {k: np.tile(v, ways) for k, v in options.items()}
+    table["order"] = np.repeat(np.asarray(orders, dtype=np.int64), 2 * n)
+    zero_bubble = np.tile(np.repeat([False, True], n), len(orders))
+    return _dp_bound_s(ctx, table, zero_bubble).reshape(ways, n).min(axis=0, initial=np.inf)
 
 
 def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.ndarray) -> np.ndarray:

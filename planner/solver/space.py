@@ -130,15 +130,17 @@ def micro_batch_pairs(space: Space, shapes: tuple[np.ndarray, ...]):
     """(shape index, micro_batch) of every allowed micro-batch size of each shape, shapes in order."""
     batch, pins = int(space.facts.global_batch), space.pins
     dp = shapes[3]
-    options: dict[int, list[int]] = {}
-    for d in np.unique(dp).tolist():
+    options: list[list[int]] = []  # per distinct dp
+    dps, inverse = np.unique(dp, return_inverse=True)
+    for d in dps.tolist():
         per_replica = batch // d
-        options[d] = [b for b in ([int(pins.get("micro_batch"))] if "micro_batch" in pins.values else
-                                  [b for b in divisors(per_replica) if b <= space.limits.max_micro_batch])
-                      if pins.allow("num_microbatches", per_replica // b)]
-    count = np.array([len(options[d]) for d in dp.tolist()], dtype=np.int64)
+        options.append([b for b in ([int(pins.get("micro_batch"))] if "micro_batch" in pins.values else
+                                    [b for b in divisors(per_replica) if b <= space.limits.max_micro_batch])
+                        if pins.allow("num_microbatches", per_replica // b)])
+    padded, lengths = _padded([[(b,) for b in opts] for opts in options], 1)
+    count = lengths[inverse.reshape(-1)]
     shape_idx = np.repeat(np.arange(len(dp)), count)
-    mb = np.array([b for d in dp.tolist() for b in options[d]], dtype=np.int64)
+    mb = padded[inverse.reshape(-1), :, 0][np.arange(padded.shape[1]) < count[:, None]]
     cols = {**{k: a[shape_idx] for k, a in zip(("tp", "cp", "pp", "dp", "ep"), shapes)}, "mb": mb,
             "m": batch // (dp[shape_idx] * mb)}
     ok = choices.keep(cols, space.facts, pins.values, space.framework, space.tally, "micro-batch")
