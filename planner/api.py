@@ -34,6 +34,7 @@ from planner.plan import (
     RankPlacement,
     StageMemory,
     peak_flops_of_ranks,
+    placement_of,
 )
 from planner.solver.exact import OBJECTIVES, SearchResult, exact_search
 from planner.solver.refine import Refinement, refine
@@ -56,8 +57,7 @@ def make_context(model: ModelSpec, cluster: Any, workload: Workload, **options: 
 
 
 def _placement(ctx: CostContext, world: int) -> tuple[RankPlacement, ...]:
-    return tuple(RankPlacement(rank=r, host=host, gpu=gpu)
-                 for r, (host, gpu) in enumerate(ctx.topology.hosts_and_indices(world)))
+    return placement_of(ctx.topology.hosts_and_indices(world))
 
 
 def _cluster_json(cluster: Any) -> dict[str, Any]:

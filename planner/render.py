@@ -153,6 +153,8 @@ def stats_table(stats: Any, wall_s: float) -> Table:
     table.add_row("  without any valid micro-batch size", f"{stats.shapes_without_layout:,}")
     table.add_row("  evaluated", f"{stats.shapes_evaluated:,}")
     table.add_row("  micro-batch sizes pruned by time bound", f"{stats.micro_batches_bound_pruned:,}")
+    table.add_row("ZeRO options skipped by their bound (layouts never built)",
+                  f"{getattr(stats, 'options_skipped_by_bound', 0):,}")
     table.add_row("layouts skipped by their own bound", f"{getattr(stats, 'rows_skipped_by_bound', 0):,}")
     table.add_row("layouts evaluated", f"{stats.rows_evaluated:,}")
     table.add_row("  that fit but were pruned by time bound", f"{stats.rows_bound_pruned:,}")

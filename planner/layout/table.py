@@ -80,13 +80,22 @@ def axis_sizes(table: dict[str, Any]) -> dict[str, Any]:
             "cp": table["cp"], "tp": table["tp"]}
 
 
+_INSIDE = {axis: np.array([[inner in order[order.index(axis) + 1:] for inner in DEFAULT_MESH_AXES]
+                           for order in MESH_ORDERS]) for axis in DEFAULT_MESH_AXES}
+"""Per axis, per order code, whether each axis of `DEFAULT_MESH_AXES` lies inside it."""
+
+
 def axis_strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
     """Stride of `axis` in every row's rank order: the product of the sizes of the axes inside it."""
-    sizes = axis_sizes(table)
-    stride = np.ones(len(table["tp"]), dtype=np.int64)
-    for code in np.unique(table["order"]).tolist():
-        order = MESH_ORDERS[code]
-        sel = table["order"] == code
+    sizes, codes = axis_sizes(table), table["order"]
+    stride = np.ones(len(codes), dtype=np.int64)
+    if len(codes) and codes.min() == codes.max():  # one order for every row (the common case): no masks
+        order = MESH_ORDERS[int(codes[0])]
         for inner in order[order.index(axis) + 1:]:
-            stride[sel] *= sizes[inner][sel]
+            stride = stride * sizes[inner]
+        return stride
+    inside = _INSIDE[axis][codes]
+    for j, inner in enumerate(DEFAULT_MESH_AXES):
+        if inside[:, j].any():
+            stride = stride * np.where(inside[:, j], sizes[inner], 1)
     return stride

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
         RankPlacement,
         StageMemory,
         peak_flops_of_ranks,
+        placement_of,
     )
 
 __all__ = ["SCHEMA_VERSION", "Breakdown", "ErrorBand", "Plan", "PlanInputs", "Prediction", "RankPlacement", "StageMemory",
-           "peak_flops_of_ranks"]
+           "peak_flops_of_ranks", "placement_of"]
 
 
 def __getattr__(name: str) -> Any:

@@ -78,6 +78,27 @@ class RankPlacement(_Frozen):
     gpu: int = Field(ge=0)
 
 
+def placement_of(hosts_and_gpus: list[tuple[int, int]]) -> tuple[RankPlacement, ...]:
+    """`RankPlacement`s of ranks 0..n-1 from meshplan's own topology (`Topology.hosts_and_indices`: non-negative
+    ints by construction), built without per-object validation.
+
+    A plan on 65,536 GPUs holds 65,536 of them, and validating each costs about 0.2 s of a sub-second command
+    (`RankPlacement.model_construct` is slower still, for its per-call work). This sets exactly what
+    `model_construct` sets (the fields, the set of fields given, no extras, no private state), so the objects
+    equal validated ones, compare and serialise the same, and the plan's own checks still run; a plan read from
+    a file is validated in full as before (tests/unit/test_plan_placement.py)."""
+    new, put = object.__new__, object.__setattr__
+    out = []
+    for rank, (host, gpu) in enumerate(hosts_and_gpus):
+        item = new(RankPlacement)
+        put(item, "__dict__", {"rank": rank, "host": host, "gpu": gpu})
+        put(item, "__pydantic_fields_set__", {"rank", "host", "gpu"})  # every field given; a set of its own
+        put(item, "__pydantic_extra__", None)
+        put(item, "__pydantic_private__", None)
+        out.append(item)
+    return tuple(out)
+
+
 class StageMemory(_Frozen):
     """Peak memory of one pipeline rank (all its chunks), bytes per GPU."""
 

@@ -31,7 +31,9 @@ share and its groups at their capacity-only bandwidth without latency (each only
 cannot hide, such as PyTorch's step reduction after a pipeline's last backward, stays). Added to the row's
 (shape, micro-batch) bound, which leaves DP out, it lets exact.py skip rows before evaluating them; so does a
 row whose model states alone (`state_memory_bound_bytes`: its ZeRO stage and sharding group, 1/pp of the
-parameters) exceed the GPU.
+parameters) exceed the GPU. Both are known before the row's schedule and mesh order are: `dp_option_bound_s`,
+the least of `dp_bound_s` over every order the row can have and over zero-bubble schedules or not, bounds a
+(shape, micro-batch, ZeRO option) from below, so exact.py skips such options before building their rows.
 
 Row bound (`optimistic_bw`): the table evaluated with DP and PP collectives at a capacity-only cost that is
 never slower than the topology's (`Topology.axis_collective_bound`), everything else exact.
@@ -261,6 +263,23 @@ def dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
     formula, `cost.comm.dp_time_s`, for a rank holding 1/pp of the parameters (the busiest holds at least as
     many) with unbounded overlap windows, the smallest first-bucket share (1/num_layers) and the row's own
     groups at their capacity-only bandwidth without latency; every one of those only lowers the exposure."""
+    return _dp_bound_s(ctx, table, by_code(table["sched"], lambda s: s.splits_backward).astype(bool))
+
+
+def dp_option_bound_s(ctx: CostContext, options: dict[str, np.ndarray], orders: list[int]) -> np.ndarray:
+    """Per (shape, micro-batch, ZeRO option) -- `options` holds every search-table column but the schedule and
+    the mesh order -- a lower bound of `dp_bound_s` over every row it expands to: the least over the mesh
+    orders `orders` (codes of `MESH_ORDERS`, a superset of those its rows get) and over zero-bubble schedules
+    or not. Each candidate is that row's own `dp_bound_s`, element for element, so the least is never above it."""
+    n, ways = len(options["tp"]), 2 * len(orders)  # every (order, zero-bubble) at once, in one call
+    table = {k: np.tile(v, ways) for k, v in options.items()}
+    table["order"] = np.repeat(np.asarray(orders, dtype=np.int64), 2 * n)
+    zero_bubble = np.tile(np.repeat([False, True], n), len(orders))
+    return _dp_bound_s(ctx, table, zero_bubble).reshape(ways, n).min(axis=0, initial=np.inf)
+
+
+def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.ndarray) -> np.ndarray:
+    """`dp_bound_s` with the schedule's only part in it, whether it splits the backward pass, given per row."""
     tp, pp, dp, cp, ep = (table[k] for k in ("tp", "pp", "dp", "cp", "ep"))
     zero, shard = table["zero"], table["dp_shard"]
     world = tp * cp * pp * dp
@@ -273,7 +292,6 @@ def dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
     replicas = dp // shard
     params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
-    zero_bubble = by_code(table["sched"], lambda s: s.splits_backward).astype(bool)
     exposed = comm.dp_time_s(ctx, params, zero, table["m"], bandwidth_only("reduce_scatter", shard, "dp_shard"),
                              bandwidth_only("all_gather", shard, "dp_shard"),
                              bandwidth_only("all_reduce", replicas, "dp_replicate"), shard, endless, endless,

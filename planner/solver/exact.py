@@ -6,10 +6,12 @@
    fit with any knobs and are dropped.
 3. Bound each remaining (shape, micro-batch size) pair (`bounds.micro_batch_bounds`: compute and unhidden
    TP/CP traffic of the best layer split, each schedule's bubble and stage-boundary transfers, the optimizer
-   step); a shape's bound is the least of its pairs'.
+   step); a shape's bound is the least of its pairs'. The pair bounds are computed only for the shapes the
+   visit reaches (`visit.VisitOrder`: in increasing FLOP bound, as far as the next batch or the K-th best).
 4. Visit shapes in increasing bound; expand each batch of shapes to every knob combination of the pairs whose
    bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
-   (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`),
+   (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options
+   of a pair are dropped before their rows are built, by the least of that over orders and schedules),
    and evaluate the rest as one table (`cost.evaluate.evaluate_table`) in two passes: first with the DP and
    PP collectives at a capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
    only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
@@ -37,6 +39,7 @@ from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import (
     dp_bound_s,
+    dp_option_bound_s,
     micro_batch_bounds,
     optimistic_bw,
     shape_bounds,
@@ -47,10 +50,12 @@ from planner.solver.space import (
     SearchLimits,
     expand_pairs,
     expand_shapes,
+    mesh_order_codes,
     micro_batch_pairs,
     shape_candidates,
     space_of,
 )
+from planner.solver.visit import VisitOrder
 from planner.validation.bands import high_for_table, least_high_for_shapes
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
@@ -69,6 +74,7 @@ class SearchStats:
     rows_evaluated: int = 0
     rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
     rows_skipped_by_bound: int = 0  # rows priced out before evaluation (bounds.dp_bound_s)
+    options_skipped_by_bound: int = 0  # (shape, micro-batch, ZeRO) options priced out before their rows were built
     rows_feasible: int = 0
     proven_optimal: bool = False
 
@@ -103,6 +109,27 @@ def score_multiplier(ctx: CostContext, table: dict[str, np.ndarray], objective: 
     return 1.0 + high_for_table(ctx, table)
 
 
+def _option_filter(ctx: CostContext, space, stats: SearchStats, kth: float, shapes: tuple[np.ndarray, ...],
+                   mb: np.ndarray, step_lb: np.ndarray, mult: np.ndarray):
+    """`expand_pairs`'s ZeRO-option filter for the (shape, micro-batch) pairs (`shapes`, `mb`, their step-time
+    bounds `step_lb` and least score multipliers `mult`): keep an option only if its bound (the pair's plus
+    `bounds.dp_option_bound_s`, times the multiplier) can beat the K-th best and its model states alone fit.
+    Both are at most the bound and memory of every row the option expands to (the row test in exact_search),
+    so the search keeps exactly the rows it kept without this; it only stops building the others."""
+    orders = mesh_order_codes(space.pins)
+
+    def keep(row: np.ndarray, zero: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        options = dict(zip(("tp", "cp", "pp", "dp", "ep"), (a[row] for a in shapes)), mb=mb[row], zero=zero,
+                       dp_shard=shard)
+        options["m"] = int(space.facts.global_batch) // (options["dp"] * options["mb"])
+        bound = (step_lb[row] + dp_option_bound_s(ctx, options, orders)) * mult[row]
+        ok = (bound < kth) & (state_memory_bound_bytes(ctx, options) <= ctx.memory_capacity_bytes)
+        stats.options_skipped_by_bound += int((~ok).sum())
+        return ok
+
+    return keep
+
+
 def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False,
     objective: str = "expected",
@@ -122,18 +149,22 @@ def exact_search(
     if objective != "expected":  # bounds on the score: the least multiplier any layout of the shape gets
         time_lb = time_lb * (1.0 + least_high_for_shapes(ctx, *shapes))
     pair_shape, pair_mb = micro_batch_pairs(space, shapes)
-    pair_lb = micro_batch_bounds(ctx, bw, pins, *(a[pair_shape] for a in shapes), pair_mb, limits)
-    pair_lb = np.where(np.isfinite(pair_lb), pair_lb, 0.0)
-    pair_step_lb = pair_lb  # on the step time itself (the score bound below may be scaled)
-    if objective != "expected":
-        pair_lb = pair_lb * (1.0 + least_high_for_shapes(ctx, *(a[pair_shape] for a in shapes)))
-    pair_lb = np.maximum(pair_lb, time_lb[pair_shape])
-    shape_lb = np.full(len(fits), np.inf)  # a shape with no valid micro-batch has no layout at all
-    np.minimum.at(shape_lb, pair_shape, pair_lb)
-    first_pair = np.searchsorted(pair_shape, np.arange(len(fits)))
-    n_pairs = np.bincount(pair_shape, minlength=len(fits))
-    shape_idx = np.argsort(shape_lb, kind="stable")
-    stats.shapes_without_layout = int(np.isinf(shape_lb).sum())  # sorted last; never evaluated
+    pair_cols = tuple(a[pair_shape] for a in shapes)
+
+    def pair_bounds(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Bounds of the pairs `pairs`: on the score, on the step time, and the least score multiplier."""
+        cols = tuple(a[pairs] for a in pair_cols)
+        step = micro_batch_bounds(ctx, bw, pins, *cols, pair_mb[pairs], limits)
+        step = np.where(np.isfinite(step), step, 0.0)
+        mult = np.ones(len(pairs))  # the least score multiplier of each pair's layouts
+        score = step
+        if objective != "expected":
+            mult = 1.0 + least_high_for_shapes(ctx, *cols)
+            score = step * mult
+        return np.maximum(score, time_lb[pair_shape[pairs]]), step, mult
+
+    visit = VisitOrder(time_lb, pair_shape, pair_bounds)
+    stats.shapes_without_layout = len(fits) - visit.with_layout  # never evaluated
     cache: dict = {}  # optimistic-pass coefficients, shared by the batches
 
     best: dict[str, np.ndarray] | None = None
@@ -143,28 +174,30 @@ def exact_search(
     feasible_all: dict[str, np.ndarray] | None = None
     i = 0
     n_take = 4  # small first batch: the best shapes often settle the bound; then grow geometrically
-    while i < len(shape_idx):
+    while i < visit.with_layout:
         kth = best_t[top - 1] if len(best_t) >= top else np.inf
-        if not np.isfinite(shape_lb[shape_idx[i]]):
-            break  # the rest have no layout at all (counted above)
-        if shape_lb[shape_idx[i]] >= kth:
-            stats.shapes_bound_pruned += int(np.isfinite(shape_lb[shape_idx[i:]]).sum())
+        shape_idx = visit.order(i + n_take, kth)
+        if i >= len(shape_idx) or visit.shape_lb[shape_idx[i]] >= kth:
+            stats.shapes_bound_pruned += visit.with_layout - i  # (order() stopped at the K-th best)
             break
         batch = shape_idx[i : i + n_take]
-        batch = batch[np.isfinite(shape_lb[batch])]
-        stats.shapes_bound_pruned += int((shape_lb[batch] >= kth).sum())
-        batch = batch[shape_lb[batch] < kth]
+        batch = batch[visit.shape_lb[batch] < kth]
+        stats.shapes_bound_pruned += min(n_take, visit.with_layout - i) - len(batch)
         i += n_take
-        counts = n_pairs[batch]
-        pairs = np.repeat(first_pair[batch] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        stats.micro_batches_bound_pruned += int((pair_lb[pairs] >= kth).sum())
-        pairs = pairs[pair_lb[pairs] < kth]
-        table, source = expand_pairs(space, tuple(a[pair_shape[pairs]] for a in shapes), pair_mb[pairs],
-                                     with_source=True)
+        pairs = visit.pairs_of(batch)
+        pair_lb, pair_step_lb, pair_mult = (x[pairs] for x in (visit.pair_lb, visit.pair_step_lb, visit.pair_mult))
+        stats.micro_batches_bound_pruned += int((pair_lb >= kth).sum())
+        near = pair_lb < kth
+        pairs, pair_step_lb, pair_mult = pairs[near], pair_step_lb[near], pair_mult[near]
+        cols = tuple(a[pairs] for a in pair_cols)
+        option_filter = None
+        if not keep_all and np.isfinite(kth):
+            option_filter = _option_filter(ctx, space, stats, kth, cols, pair_mb[pairs], pair_step_lb, pair_mult)
+        table, source = expand_pairs(space, cols, pair_mb[pairs], with_source=True, zero_filter=option_filter)
         if not keep_all and len(source) and np.isfinite(kth):
             # Rows whose own bound (their pair's plus their DP/FSDP exposure's) cannot beat the K-th best, or whose
             # model states alone do not fit (once a feasible row is known: else the least-memory row is reported).
-            row_lb = (pair_step_lb[pairs][source] + dp_bound_s(ctx, table)) * score_multiplier(
+            row_lb = (pair_step_lb[source] + dp_bound_s(ctx, table)) * score_multiplier(
                 ctx, table, objective)
             keep_rows = (row_lb < kth) & (state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes)
             stats.rows_skipped_by_bound += int((~keep_rows).sum())

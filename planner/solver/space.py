@@ -20,6 +20,7 @@ HSDP sharding groups smaller than DP are searched for ZeRO-3 (where they trade g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from planner.layout.table import MESH_ORDERS, NUM_SEARCHED_ORDERS, RECOMPUTE_NAM
 PIN_FIELDS = KNOBS
 SET_PIN_FIELDS = SET_PINS
 __all__ = ["PIN_FIELDS", "SET_PIN_FIELDS", "Pins", "SearchLimits", "Space", "divisors", "expand_pairs",
-           "expand_shapes", "micro_batch_pairs", "shape_candidates"]
+           "expand_shapes", "mesh_order_codes", "micro_batch_pairs", "shape_candidates"]
 
 
 @dataclass
@@ -129,15 +130,17 @@ def micro_batch_pairs(space: Space, shapes: tuple[np.ndarray, ...]):
     """(shape index, micro_batch) of every allowed micro-batch size of each shape, shapes in order."""
     batch, pins = int(space.facts.global_batch), space.pins
     dp = shapes[3]
-    options: dict[int, list[int]] = {}
-    for d in np.unique(dp).tolist():
+    options: list[list[int]] = []  # per distinct dp
+    dps, inverse = np.unique(dp, return_inverse=True)
+    for d in dps.tolist():
         per_replica = batch // d
-        options[d] = [b for b in ([int(pins.get("micro_batch"))] if "micro_batch" in pins.values else
-                                  [b for b in divisors(per_replica) if b <= space.limits.max_micro_batch])
-                      if pins.allow("num_microbatches", per_replica // b)]
-    count = np.array([len(options[d]) for d in dp.tolist()], dtype=np.int64)
+        options.append([b for b in ([int(pins.get("micro_batch"))] if "micro_batch" in pins.values else
+                                    [b for b in divisors(per_replica) if b <= space.limits.max_micro_batch])
+                        if pins.allow("num_microbatches", per_replica // b)])
+    padded, lengths = _padded([[(b,) for b in opts] for opts in options], 1)
+    count = lengths[inverse.reshape(-1)]
     shape_idx = np.repeat(np.arange(len(dp)), count)
-    mb = np.array([b for d in dp.tolist() for b in options[d]], dtype=np.int64)
+    mb = padded[inverse.reshape(-1), :, 0][np.arange(padded.shape[1]) < count[:, None]]
     cols = {**{k: a[shape_idx] for k, a in zip(("tp", "cp", "pp", "dp", "ep"), shapes)}, "mb": mb,
             "m": batch // (dp[shape_idx] * mb)}
     ok = choices.keep(cols, space.facts, pins.values, space.framework, space.tally, "micro-batch")
@@ -160,9 +163,29 @@ def _padded(lists: list[list[tuple[int, ...]]], width: int) -> tuple[np.ndarray,
     return out, np.array([len(x) for x in lists], dtype=np.int64)
 
 
-def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *, with_source: bool = False):
+def mesh_order_codes(pins: Pins) -> list[int]:
+    """The mesh orders (codes of `MESH_ORDERS`) the search builds rows with: the pinned one, else the searched."""
+    pin_order = pins.get("mesh_axes")
+    return list(range(NUM_SEARCHED_ORDERS)) if pin_order is None else [MESH_ORDERS.index(tuple(pin_order))]
+
+
+def _kept_options(opts: np.ndarray, counts: np.ndarray, keep_fn) -> tuple[np.ndarray, np.ndarray]:
+    """Padded per-row (zero, dp_shard) options less those `keep_fn(row, zero, dp_shard)` refuses, order kept."""
+    row, slot = np.nonzero(np.arange(opts.shape[1]) < counts[:, None])
+    keep = keep_fn(row, opts[row, slot, 0], opts[row, slot, 1])
+    row, slot = row[keep], slot[keep]
+    kept = np.bincount(row, minlength=len(counts)).astype(np.int64)
+    packed = np.zeros_like(opts)
+    packed[row, np.arange(len(row)) - np.repeat(np.cumsum(kept) - kept, kept)] = opts[row, slot]
+    return packed, kept
+
+
+def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *, with_source: bool = False,
+                 zero_filter: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None):
     """Every knob combination of (shape, micro_batch) rows, as a table, vectorised (with `with_source`: and the
-    input row each table row comes from).
+    input row each table row comes from). `zero_filter(row, zero, dp_shard)`, if given, says per (input row,
+    ZeRO option) whether to build that option's rows at all (the search's bound); the table is then the same
+    as without it less the rows of the options it refused, in the same order.
 
     Row order: input row, then schedule, (ZeRO, shard), recompute, SP, mesh order (the last varies fastest).
     Options depending on a row's values are listed once per distinct value and gathered with numpy.
@@ -173,7 +196,7 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *
     m = int(facts.global_batch) // (dp * mb)
     pin_sp = pins.get("sequence_parallel")
     pin_order = pins.get("mesh_axes")
-    orders = list(range(NUM_SEARCHED_ORDERS)) if pin_order is None else [MESH_ORDERS.index(tuple(pin_order))]
+    orders = mesh_order_codes(pins)
     rcs = [i for i, r in enumerate(RECOMPUTE_NAMES) if pins.allow("recompute", r)]
     if space.flash_attention and not pins.explicitly_allows("recompute", "selective") and limits.prune_dominated:
         # With FlashAttention no attention-score activations are stored, so selective recomputation saves no
@@ -191,13 +214,16 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *
     zero_opts, n_zero = _padded(choices.zero_options(dp_keys[0], dp_keys[1], facts, pins.values, space.framework,
                                                      limits.prune_dominated, space.tally), 2)
     sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
+    zero_opts, n_zero = zero_opts[dp_inv], n_zero[dp_inv]  # per input row
+    if zero_filter is not None and len(tp):
+        zero_opts, n_zero = _kept_options(zero_opts, n_zero, zero_filter)
     # SP: off for tp == 1; else the pin, or on (off is dominated), or both when dominated options are kept.
     sp_multi = [1] if pin_sp is None and limits.prune_dominated else [1, 0] if pin_sp is None else [int(pin_sp)]
     # A pinned sequence_parallel=True needs tp > 1: tp == 1 shapes then have no valid row (not a silent "off").
     n_sp = np.where(tp == 1, 0 if pin_sp else 1, len(sp_multi))
     # Mesh orders only matter with both PP and DP (otherwise they give the same groups): one unless pinned.
     n_order = np.where((pp > 1) & (dp > 1), len(orders), 1 if pin_order is None else len(orders))
-    radix = [n_sched[sched_inv], n_zero[dp_inv], np.full(len(tp), len(rcs)), n_sp, n_order]
+    radix = [n_sched[sched_inv], n_zero, np.full(len(tp), len(rcs)), n_sp, n_order]
     count = np.prod(radix, axis=0) if len(tp) else np.zeros(0, dtype=np.int64)
     row = np.repeat(np.arange(len(tp)), count)
     j = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
@@ -207,7 +233,7 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *
         j = j // r[row]
     d_order, d_sp, d_rc, d_zero, d_sched = digits
     sched = sched_opts[sched_inv[row], d_sched]
-    zero = zero_opts[dp_inv[row], d_zero]
+    zero = zero_opts[row, d_zero]
     sp = np.where(tp[row] == 1, 0, np.array(sp_multi, dtype=np.int64)[d_sp])
     table = {
         "dp": dp[row], "tp": tp[row], "pp": pp[row], "cp": cp[row], "ep": ep[row], "mb": mb[row], "m": m[row],

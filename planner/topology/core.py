@@ -68,7 +68,8 @@ class Topology:
         if not 0 <= count <= self.num_gpus:
             raise IndexError(f"{count} ranks do not fit the cluster's {self.num_gpus} GPUs")
         per_host = int(self.layout.gpus_per_node)
-        return [divmod(rank, per_host) for rank in range(count)]
+        ranks = np.arange(count, dtype=np.int64)  # divmod(rank, per_host), vectorised; back as Python ints
+        return list(zip((ranks // per_host).tolist(), (ranks % per_host).tolist()))
 
     def gpu_profile(self, rank: int) -> GPUProfile:
         """GPU profile of `rank` (differs by host in a heterogeneous cluster)."""
