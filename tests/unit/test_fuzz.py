@@ -17,8 +17,8 @@ gets generated flags with torchrun replaced by a recorder (whatever it would lau
 option parser).
 
 Sizes: `settings(max_examples=...)` per test, about 4,100 inputs in all, a minute or two on the 2-core CI
-machine. Under CI=1 the `ci` profile (tests/conftest.py) derandomizes, so CI runs the same inputs every
-time; locally each run explores new ones. The total tried is printed when the module finishes.
+machine. The suite derandomizes (the `ci` profile, tests/conftest.py), so every run of the test command tries
+the same inputs; MESHPLAN_FUZZ_RANDOM=1 explores new ones on each run. The total tried is printed when the module finishes.
 """
 
 from __future__ import annotations
