@@ -255,8 +255,10 @@ def etp_layer_s(ctx: CostContext, ar, tokens: np.ndarray, tp: np.ndarray, sp: np
 
 
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
-    """One stage-boundary transfer of one micro-batch's activations (scatter/gather: 1/tp of them)."""
-    msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(sp | (tp > 1), tp, 1)
+    """One stage-boundary transfer of one micro-batch's activations: 1/tp of them per TP rank when they are
+    sequence-sharded (SP) or the runtime scatters them (`RuntimeCosts.p2p_scatter_gather`), else all of them."""
+    split = sp | (tp > 1) if runtime_costs(ctx.workload).p2p_scatter_gather else sp
+    msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(split, tp, 1)
     return affine(p2p, msg) + overhead.pp_transfer_s(ctx)
 
 

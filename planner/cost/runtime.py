@@ -95,6 +95,12 @@ class RuntimeCosts:
     tp_overlap_hidden: float
     """Share of the TP collectives that TP-communication overlap hides behind the GEMMs when the workload asks
     for it (`Workload.tp_comm_overlap`); 0 where the runtime cannot overlap them."""
+    p2p_scatter_gather: bool
+    """Without sequence parallelism each TP rank sends 1/tp of a stage-boundary activation and the receiver
+    all-gathers it over TP (Megatron-LM's scatter/gather optimisation, Narayanan et al. 2021 Sec. 4.1); False:
+    every TP rank holds the whole replicated activation and sends all of it (torch.distributed.pipelining passes
+    each stage's local output: executor/pipeline.py, TorchTitan). With sequence parallelism the activation is
+    sequence-sharded and every runtime sends 1/tp."""
     ep_dispatch_sequence_shard: bool
     """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
     through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
@@ -137,6 +143,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
+        p2p_scatter_gather=False,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -147,7 +154,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
-        ep_dispatch_sequence_shard=False,
+        ep_dispatch_sequence_shard=False, p2p_scatter_gather=False,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -165,7 +172,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # EP group of the local (sequence-parallel) tokens, then gather_from_sequence_parallel_region over the
         # expert-TP group; the combine reduce-scatters over TP before the reverse all_to_all. MoELayer refuses
         # TP > 1 without sequence parallelism in training (moe_layer.py).
-        ep_dispatch_sequence_shard=True,
+        ep_dispatch_sequence_shard=True, p2p_scatter_gather=True,
     ),
 }
 

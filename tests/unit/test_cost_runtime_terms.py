@@ -205,6 +205,21 @@ def test_pipeline_transfers_blocking_or_overlapped() -> None:
     assert comm.pp_exposed_s(ctx_for("megatron"), x, m, v, np.array([1]), inter, window)[0] == 0.0
 
 
+def test_stage_boundary_message_per_tp_rank() -> None:
+    """Sequence-sharded (SP) activations cross a stage boundary as 1/tp per TP rank in every runtime; without SP
+    PyTorch's pipelining sends each rank's whole replicated activation, Megatron scatters 1/tp per rank."""
+    tokens, tp = np.array([8192]), np.array([4])
+    unit = {"pytorch": ctx_for("pytorch"), "megatron": ctx_for("megatron")}
+    for name, ctx in unit.items():
+        p2p = (0.0, 1.0)  # one second per byte, no latency: the transfer time is the message size
+        with_sp = comm.pp_p2p_s(ctx, p2p, tokens, tp, np.array([True])) - comm.overhead.pp_transfer_s(ctx)
+        without = comm.pp_p2p_s(ctx, p2p, tokens, tp, np.array([False])) - comm.overhead.pp_transfer_s(ctx)
+        full = 8192 * MODEL.hidden_size * ctx.act_bytes
+        assert with_sp[0] == pytest.approx(full / 4)
+        assert without[0] == pytest.approx(full / 4 if RUNTIME_COSTS[name].p2p_scatter_gather else full)
+    assert not RUNTIME_COSTS["pytorch"].p2p_scatter_gather and RUNTIME_COSTS["megatron"].p2p_scatter_gather
+
+
 def test_embedding_backward_writes_a_dense_gradient() -> None:
     ctx = ctx_for("pytorch")
     tokens, tp = np.array([4096.0]), np.array([2])
