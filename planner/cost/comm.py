@@ -32,6 +32,7 @@ import numpy as np
 from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
+from planner.cost.moe_dispatch import ep_dispatch_tokens  # noqa: F401  (re-exported: its home is moe_dispatch)
 from planner.cost.runtime import grad_reduce_bytes, runtime_costs
 from planner.layout.schedules import ScheduleCode
 
@@ -226,14 +227,6 @@ def ep_layer_fwd_s(ctx: CostContext, a2a, tokens: np.ndarray, ep: np.ndarray) ->
         return np.zeros_like(tokens, dtype=float)
     counts = np.where(ep > 1, ctx.model.moe.num_experts * COUNT_BYTES, 0.0)
     return ep_layer_bwd_s(ctx, a2a, tokens, ep) + affine(a2a, counts)
-
-
-def ep_dispatch_tokens(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
-    """Tokens of one micro-batch a rank sends through the EP all-to-all: its sequence-parallel shard (T/tp) where
-    the runtime dispatches after SP (`RuntimeCosts.ep_dispatch_sequence_shard`), else all T."""
-    if not runtime_costs(ctx.workload).ep_dispatch_sequence_shard:
-        return tokens
-    return np.where(np.asarray(sp, dtype=bool) & (tp > 1), tokens / np.maximum(tp, 1), tokens)
 
 
 def etp_layer_s(ctx: CostContext, ar, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:

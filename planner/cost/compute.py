@@ -9,7 +9,8 @@ Per decoder layer and micro-batch on one GPU (tokens T = micro_batch * seq_len /
   FlashAttention runs at the GPU profile's `attention_efficiency` and its backward costs 2.5x its forward
   (FlashAttention-2 Sec. 3.1); unfused attention is two batched GEMMs plus element-wise passes over the full
   score matrix (13 bytes per score element each way, see UNFUSED_SCORE_BYTES_FWD);
-- MoE: the router GEMM (replicated) and the top-k routed experts (expert GEMMs of T*top_k*ep/E tokens each);
+- MoE: the router GEMM (replicated) and the top-k routed experts (expert GEMMs of T*top_k*ep/E tokens each),
+  and the token permute / unpermute and router passes around them (`moe_dispatch`, HBM bytes per runtime);
 - memory-bound element-wise work (norms, residual adds, RoPE, activation function): bytes / HBM bandwidth, the
   bytes counted per runtime by `elementwise.py` (fused kernels, or eager PyTorch op by op), plus the GPU time of
   launching those kernels back to back (`fixed_costs.layer_launch_s`);
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import elementwise, fixed_costs, overhead
+from planner.cost import elementwise, fixed_costs, moe_dispatch, overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
 from planner.cost.runtime import UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM, runtime_costs
@@ -96,7 +97,8 @@ def layer_time_s(
         scores = tokens * ctx.model.num_heads * ctx.workload.seq_len / t  # score elements (unfused: full, not causal)
         attn_f = gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_FWD / ctx.memory_bandwidth_Bps
         attn_b = 2 * gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_BWD / ctx.memory_bandwidth_Bps
-    lb = elementwise.layer_bytes_per_token(ctx)
+    is_moe = bool(lt.expert_flops_per_token)
+    lb = elementwise.layer_bytes_per_token(ctx, is_moe)
     replicated = np.where(sp, 1.0 / t, 1.0)
     bw = ctx.memory_bandwidth_Bps
     # Eager GQA: K and V repeated to the query heads, on the whole gathered sequence under CP (executor/cp.py).
@@ -105,6 +107,9 @@ def layer_time_s(
     ew_f = tokens * (lb.local_fwd / t + lb.replicated_fwd * replicated) / bw + gqa + launch_f
     ew_b = tokens * (lb.local_bwd / t + lb.replicated_bwd * replicated) / bw + gqa + launch_b
     ew_b = ew_b + unfused_grad_accumulation_s(ctx, lt, tp, ep)
+    if is_moe:
+        perm_f, perm_b = moe_dispatch.dispatch_s(ctx, tokens, moe_dispatch.ep_dispatch_tokens(ctx, tokens, tp, sp), ep)
+        ew_f, ew_b = ew_f + perm_f, ew_b + perm_b
     fwd = gemm + attn_f + ew_f
     bwd = BACKWARD_TO_FORWARD * gemm + ew_b + attn_b
     # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).

@@ -18,6 +18,8 @@ Eager PyTorch (pytorch; executor/model.py Block, executor/layers.py), op by op:
             the two casts): 2a + 68 bytes per element; times (q + kv);
   SwiGLU    silu (read, write) then the product (read 2, write 1): 5f*a; backward the product's two gradients
             (read 2, write 1 each) and silu's (read 2, write 1): 9f*a. GeLU: 2f*a / 3f*a;
+  MoE       in an MoE layer the activation runs on every routed row: f = (top_k + shared experts) x the expert
+            width (`mlp_width`); the permute / unpermute around the experts is counted by `moe_dispatch`;
   GQA       repeat_kv materialises K and V at the query-head count (read kv, write q, each): 2(q + kv)*a, and
             its backward sums them back the same way; under CP on the gathered full-sequence K/V (cp x).
 Norms and residual adds are replicated across TP ranks without sequence parallelism and split with it
@@ -52,14 +54,22 @@ def eager(ctx) -> bool:
     return runtime_costs(ctx.workload).eager_elementwise and not ctx.gpu_kind_is_cpu
 
 
-def layer_bytes_per_token(ctx) -> LayerBytes:
-    """Element-wise bytes per token of one decoder layer (see the module docstring)."""
+def mlp_width(model, is_moe: bool) -> int:
+    """Width of the MLP activation one token passes through in a layer: the dense MLP's, or in an MoE layer its
+    top_k routed experts' and its shared experts' together (each runs the activation on its own rows)."""
+    if not is_moe or model.moe is None:
+        return model.ffn_hidden_size
+    return (model.moe.top_k + model.moe.num_shared_experts) * model.moe.expert_ffn_hidden_size
+
+
+def layer_bytes_per_token(ctx, is_moe: bool = False) -> LayerBytes:
+    """Element-wise bytes per token of one decoder layer, dense or MoE (see the module docstring)."""
     m = ctx.model
     a = float(ctx.act_bytes)
     h = float(m.hidden_size)
     q = float(m.num_heads * m.head_dim)
     kv = float(m.num_kv_heads * m.head_dim)
-    f = float(m.ffn_hidden_size if m.moe is None else max(m.ffn_hidden_size, 1))
+    f = float(mlp_width(m, is_moe))
     swiglu = m.mlp == "swiglu"
     rope = q + kv if m.position == "rope" else 0.0
     if not eager(ctx):
