@@ -19,9 +19,10 @@ megatron: Megatron-Core's `MoEAlltoAllTokenDispatcher` (megatron/core/transforme
   backward  index_select's backward scatters into zeros (R + 2N); each sort's backward is the `torch.cat` of
             the gradient chunks back (2 R_e, twice); scatter_add's backward gathers R rows (2R); the product's two
             gradients: the rows' (2R) and the probabilities' (a row-wise dot product reading 2R): 7R + 4R_e + 2N.
-pytorch, pytorch-compile: the executor's MoE (executor/moe.py `MoE.forward`, executor/ep.py `ExpertExchange`),
-  which torch.compile does not change (data-dependent shapes: TorchTitan compiles the blocks, and the routed rows
-  are gathered and scattered by indexing). N = T (every rank dispatches its whole micro-batch), R_e = R.
+pytorch, pytorch-compile: the executor's MoE (executor/moe.py `MoE.forward`, executor/ep.py `ExpertExchange`).
+  Counted the same under torch.compile: the split sizes are read on the host (`counts.tolist()`), which breaks
+  the graph around the experts, and the gathers and scatters have data-dependent shapes (LESS SURE: not
+  measured). N = T (every rank dispatches its whole micro-batch), R_e = R.
   forward   `tokens[token_idx]` (2R); under EP `received[order]` and `y[back]` (2R each); `torch.cat` of the
             experts' outputs (`Experts.forward`: 2R); `y * weights` (2R); `zeros_like(tokens).index_add(...)`,
             out of place: zeros (N), its clone (2N), R rows read and N written (R + N): 7R + 4N, 11R + 4N with EP;
