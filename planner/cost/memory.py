@@ -20,6 +20,8 @@ g = kv_heads/heads:
   norms:     2 x 2sbh.
   TP without SP divides only the TP-local parts; with SP everything is divided by tp (Table 2). Selective
   recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP).
+  MoE layers: the routed rows, the experts' activations and the probability product instead of the dense
+  MLP's (`moe_activation_bytes_per_token`); the per-layer value is the mean over the layer types.
   Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
   act_bytes/2 for fp32 runs.
 In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
@@ -35,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.context import CostContext
+from planner.cost.moe_dispatch import ep_dispatch_tokens
 
 RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
 RESERVE_FRACTION = 0.05  # allocator fragmentation, see module docstring
@@ -57,15 +60,49 @@ def activation_bytes_per_layer(
     sbh = s * bf * h
     # TP-local parts (divided by t always)
     attn_local = s * bf * (2 * q_dim + 2 * 2 * kv_dim + 2 * q_dim)  # Q, K, V, projection input
-    mlp_local = s * bf * (4 * f if m.mlp == "gelu" else 6 * f)
+    mlp_local = s * bf * _mlp_local_bytes_per_token(m, f)
     scores = np.zeros_like(sbh) if ctx.flash_attention else 5 * a * s * s * bf
     scores = np.where(recompute >= 1, 0.0, scores)
     # Replicated without SP: QKV input, MLP input, two norm inputs, dropout masks.
     replicated = sbh * (2 + 2 + 4 + 2 * drop)
     per_layer = (attn_local + mlp_local + scores) / t + np.where(sp, replicated / t, replicated)
     full = np.where(sp, 2 * sbh / t, 2 * sbh)
+    if m.moe is not None:
+        # The mean over the layer types, like the layer times (evaluate.layer_costs): MoE layers replace the dense
+        # MLP's local activations with their routed rows' (`moe_activation_bytes_per_token`).
+        w = ctx.layer_type_counts().astype(float)
+        moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
+        routed = moe_activation_bytes_per_token(ctx, tp, sp) - _mlp_local_bytes_per_token(m, f) / t
+        per_layer = per_layer + moe_share * s * bf * routed
     per_layer = np.where(recompute == 2, full, per_layer)
     return per_layer * (ctx.act_bytes / 2.0)
+
+
+def _mlp_local_bytes_per_token(m, width: float) -> float:
+    """TP-local MLP activations per token at tp = 1 for an MLP of `width` (module docstring), 16-bit bytes."""
+    return 4 * width if m.mlp == "gelu" else 6 * width
+
+
+def moe_activation_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """16-bit bytes per token an MoE layer's experts store for the backward beyond the MLP input (counted with
+    the dense layer), on one rank.
+
+    - the routed rows the experts' first GEMM reads, kept for its weight gradient (TE GroupedLinear / the
+      executor's nn.Linear save their input): top_k rows of h per token, NOT divided by TP (Megatron-Core
+      all-gathers the rows of the expert-TP group before the experts, token_dispatcher.py at df0430dbf2; the
+      executor's experts take every routed row on every TP rank): 2 top_k h;
+    - the experts' intermediate activations, the dense formula at width top_k x the expert width, / tp;
+    - the product with the routing probabilities in unpermute (moe_utils.py `unpermute`; executor/moe.py
+      `y * weights`) keeps its row input: top_k rows per dispatched token (T/tp under Megatron-Core's SP
+      dispatch, `moe_dispatch.ep_dispatch_tokens`; T in the executor): 2 top_k h x dispatched / T;
+    - shared experts: the dense formula at their width, / tp.
+    """
+    m, moe = ctx.model, ctx.model.moe
+    t = np.asarray(tp, dtype=float)
+    h, k, fe = float(m.hidden_size), float(moe.top_k), float(moe.expert_ffn_hidden_size)
+    dispatched = ep_dispatch_tokens(ctx, np.ones_like(t), tp, sp)
+    return (2 * k * h + _mlp_local_bytes_per_token(m, (k + moe.num_shared_experts) * fe) / t
+            + 2 * k * h * dispatched)
 
 
 def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:

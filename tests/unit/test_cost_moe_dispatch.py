@@ -84,3 +84,24 @@ def test_moe_layer_time_adds_the_dispatch_and_the_routed_activation(monkeypatch)
     without = compute.layer_time_s(mega, moe_lt, tokens, one, one, ep, sp)
     assert with_moe.fwd_s[0] == pytest.approx(without.fwd_s[0] + perm_f[0], rel=1e-12)
     assert with_moe.bwd_s[0] == pytest.approx(without.bwd_s[0] + perm_b[0], rel=1e-12)
+
+
+def test_moe_layers_store_their_routed_rows_for_the_backward() -> None:
+    """Activation memory of an all-MoE model against the same model dense: the dense MLP's 6f/tp bytes per token
+    give way to the routed rows (2 top_k h, gathered over expert TP), the experts' 6 top_k f_e / tp and the
+    probability product's input (2 top_k h per dispatched token: T/tp under Megatron's SP dispatch, T eager)."""
+    from planner.cost import memory
+
+    mb, tp, cp, sp, rc = np.array([1]), np.array([4]), np.array([1]), np.array([True]), np.array([0])
+    dense_model = MODEL.model_copy(update={"moe": None})
+    for runtime, dispatched in (("megatron", 1 / 4), ("pytorch", 1.0)):
+        moe_ctx, dense_ctx = ctx_for(runtime), ctx_for(runtime, dense_model)
+        assert all(lt.expert_flops_per_token for lt in moe_ctx.layer_types)  # every layer is MoE
+        extra = memory.activation_bytes_per_layer(moe_ctx, mb, tp, cp, sp, rc) \
+            - memory.activation_bytes_per_layer(dense_ctx, mb, tp, cp, sp, rc)
+        per_token = 2 * K * H + 6 * K * FE / 4 + 2 * K * H * dispatched - 6 * 4096 / 4
+        assert extra[0] == pytest.approx(T * per_token, rel=1e-12)
+        # Full recomputation keeps only the layer input, MoE or not.
+        full = np.array([2])
+        assert memory.activation_bytes_per_layer(moe_ctx, mb, tp, cp, sp, full)[0] == \
+            memory.activation_bytes_per_layer(dense_ctx, mb, tp, cp, sp, full)[0]
