@@ -173,7 +173,7 @@ class SustainedFractionPredictor:
         if not self.covers(case):
             return float("nan")
         if case.id not in self._fixed:
-            self._fixed[case.id] = FixedLayoutCost.of_published_layout(case)
+            self._fixed[case.id] = published_layout_cost(case)
         fixed = self._fixed[case.id]
         if fixed is None:
             return float("nan")
@@ -216,7 +216,7 @@ class AdditiveOverheadPredictor:
         if not self.covers(case):
             return float("nan")
         if case.id not in self._base:
-            fixed = FixedLayoutCost.of_published_layout(case)
+            fixed = published_layout_cost(case)
             self._base[case.id] = None if fixed is None else (fixed.step_time_s(fixed.cluster), self._units(fixed))
         base = self._base[case.id]
         return float("nan") if base is None else base[0] + float(params[0]) * base[1]
@@ -270,6 +270,16 @@ class FixedLayoutCost:
             self._bandwidth = AxisBandwidth(topology)
         res = evaluate_table(ctx, layout_to_row(self.layout), self._bandwidth, rank_layers=np.array([self.rank_layers]))
         return float(res.step_time_s[0])
+
+
+_PUBLISHED_LAYOUTS: dict[str, FixedLayoutCost | None] = {}
+
+
+def published_layout_cost(case: PublishedRun) -> FixedLayoutCost | None:
+    """FixedLayoutCost.of_published_layout, searched once per case and shared by every predictor."""
+    if case.id not in _PUBLISHED_LAYOUTS:
+        _PUBLISHED_LAYOUTS[case.id] = FixedLayoutCost.of_published_layout(case)
+    return _PUBLISHED_LAYOUTS[case.id]
 
 
 @cache
