@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import hardware_profiles
 from planner.layout.names import RECOMPUTE_NAMES
@@ -53,6 +53,30 @@ class Gap(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: GapKind = Field(description="What is missing: a schedule, a precision, the hardware, ...")
     detail: str = Field(min_length=1, description="What the run did and what the prediction uses instead.")
+
+
+class KnownSuboptimal(BaseModel):
+    """Why the published layout is known to be slower than an alternative, with the source that measured it.
+
+    The benchmark holds the planner's claimed gain over a published layout to 10 % (issue bar); a case whose layout a
+    source shows to be suboptimal (a later paper's measured comparison, the authors' own ablation) is exempt, and the
+    summary lists it apart. An unsourced belief is not a reason: the source must state the comparison."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    reason: str = Field(min_length=1, description="What the published run did that an alternative beats, and by how much.")
+    source: str = Field(min_length=1, description="Paper + table/section (or code at a commit) that measured it.")
+    knob: Literal["recompute", "schedule"] | None = Field(
+        None, description="The stated setting the source shows to be the slower choice: the part of the claimed gain it "
+                          "does not explain is the pick's gain with that setting held at its published value.")
+    faster_case: str | None = Field(
+        None, description="Id of the measured faster alternative in this file (same model, batch and GPUs): the part "
+                          "of the claimed gain it does not explain is the claim beyond that measured speed-up.")
+
+    @model_validator(mode="after")
+    def _one_measure(self) -> KnownSuboptimal:
+        if (self.knob is None) == (self.faster_case is None):
+            raise ValueError("known_suboptimal needs exactly one of `knob` and `faster_case` (what the source measured)")
+        return self
 
 
 class StepTime(BaseModel):
@@ -141,6 +165,8 @@ class PublishedRun(BaseModel):
     derived: dict[str, Any] | None = None
     step_time: StepTime | None = None
     gaps: tuple[Gap, ...] = ()
+    known_suboptimal: KnownSuboptimal | None = Field(
+        None, description="A sourced reason the published layout is slower than an alternative (exempts its claimed gain).")
 
 
 class PublishedRuns(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from planner.api import search_result
-from planner.layout import COLUMNS, SCHEDULE_NAMES, Workload
+from planner.layout import COLUMNS, RECOMPUTE_NAMES, SCHEDULE_NAMES, Workload
 
 
 def _shape(row: dict[str, Any]) -> tuple[int, ...]:
@@ -37,13 +37,15 @@ def published_rank(model, cluster, workload: Workload, stated: dict[str, Any], p
 
 
 def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
-    """A row of a search table in a few words: shape, micro-batch, schedule and interleaving, ZeRO stage."""
+    """A row of a search table in a few words: shape, micro-batch, schedule and interleaving, ZeRO stage,
+    recomputation (rc-) and sequence parallelism (sp) where on."""
     r = {k: int(v[i]) for k, v in table.items()}
     text = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}" + (f" cp{r['cp']}" if r["cp"] > 1 else "") + (
         f" ep{r['ep']}" if r["ep"] > 1 else "") + f" mb{r['mb']}"
     if r["pp"] > 1:
         text += f" {SCHEDULE_NAMES[r['sched']]}" + (f"-v{r['v']}" if r["v"] > 1 else "")
-    return text + f" z{r['zero']}"
+    text += f" z{r['zero']} rc-{RECOMPUTE_NAMES[r['rc']]}"
+    return text + (" sp" if r["sp"] and r["tp"] > 1 else "")
 
 
 def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any],

@@ -22,6 +22,15 @@ from planner.model import ModelSpec
 WEIGHT_BYTES_16BIT = 2
 GRAD_BYTES_16BIT = 2
 OPTIMIZER_BYTES_MIXED = 12  # fp32 master + Adam m + Adam v (ZeRO paper's K = 12)
+# Megatron's fp16 optimizer keeps an fp32 copy of every 16-bit gradient next to the fp32 master weights:
+# Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads does `main_param.grad = model_param.main_grad
+# .float()` (megatron/optimizer/optimizer.py at aed2f75e, 2021-04); with fp16 gradient buffers (fp16 runs do not
+# accumulate in fp32) `.float()` allocates 4 B per parameter, and that Megatron's zero_grad skipped
+# fp32_from_float16_groups, so the copies stayed allocated through the next step's forward and backward (freed there
+# only from 4e64903d, 2021-07-12). The distributed optimizer makes the same copy of its shard (sharded like the
+# optimizer state). Counted as optimizer state for the megatron runtime in fp16: exact for the 2021 stack, and for
+# later releases the peak of the optimizer step (states plus the copy) that the activations no longer share.
+FP16_OPTIMIZER_GRAD_COPY_BYTES = 4
 # Without mixed precision (fp32 training, e.g. CPU runs): 4 weights + 4 grads + 8 (m, v).
 WEIGHT_BYTES_FP32 = 4
 GRAD_BYTES_FP32 = 4
@@ -191,7 +200,10 @@ class CostContext:
 
     @property
     def optimizer_bytes(self) -> int:
-        return OPTIMIZER_BYTES_MIXED if self.mixed_precision else OPTIMIZER_BYTES_FP32
+        if not self.mixed_precision:
+            return OPTIMIZER_BYTES_FP32
+        fp16_megatron = self.workload.runtime == "megatron" and self.workload.dtype == "fp16"
+        return OPTIMIZER_BYTES_MIXED + (FP16_OPTIMIZER_GRAD_COPY_BYTES if fp16_megatron else 0)
 
     # Model totals --------------------------------------------------------------------------------
     @cached_property

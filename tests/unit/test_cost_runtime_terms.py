@@ -270,3 +270,16 @@ def test_unfused_gradient_accumulation_adds_six_bytes_per_local_parameter() -> N
     assert b.bwd_s == pytest.approx(a.bwd_s + extra, rel=1e-12)
     assert b.fwd_s == pytest.approx(a.fwd_s, rel=1e-12)  # forward untouched
     assert np.all(extra > 0) and extra[0] == pytest.approx(4 * extra[1])
+
+
+def test_megatron_fp16_optimizer_holds_an_fp32_gradient_copy() -> None:
+    # Float16OptimizerWithFloat16Params: main_param.grad = main_grad.float(); with fp16 main_grad that is 4 B/param more
+    from planner.cost.memory import model_state_bytes
+
+    fp16, bf16, eager = ctx_for("megatron", dtype="fp16"), ctx_for("megatron"), ctx_for("pytorch", dtype="fp16")
+    assert (fp16.optimizer_bytes, bf16.optimizer_bytes, eager.optimizer_bytes) == (16, 12, 12)
+    for zero, shard in ((0, 1), (1, 4)):  # sharded like the rest of the optimizer state under ZeRO-1
+        args = (np.array([1e9]), np.array([zero]), np.array([shard]), np.array([1]))
+        _, _, opt16 = model_state_bytes(fp16, *args)
+        _, _, opt12 = model_state_bytes(bf16, *args)
+        assert float(opt16[0] - opt12[0]) == pytest.approx(4e9 / shard)

@@ -180,3 +180,33 @@ def test_refit_predictor_reproduces_the_benchmark_at_the_committed_constant() ->
     assert predictor(_case(case_id), committed) == pytest.approx(row["predicted_s"], rel=1e-9)
     assert predictor(_case(case_id), committed * 0.9) > row["predicted_s"]
     assert np.isnan(predictor(_case("megatron_core_2024_h100_177B"), committed))  # an H100 case: not covered
+
+
+def test_known_suboptimal_reasons_name_a_measured_comparison() -> None:
+    """A sourced reason names a faster run measured on the same model, batch and GPUs, or a knob the case states."""
+    annotated = [c for c in load_runs().cases if c.known_suboptimal]
+    assert annotated
+    for case in annotated:
+        why = case.known_suboptimal
+        if why.faster_case is not None:
+            faster = _case(why.faster_case)
+            assert faster.id != case.id and source_key(faster) == source_key(case), case.id
+            assert (faster.hardware.num_gpus, faster.batch.global_batch_seqs) == (case.hardware.num_gpus,
+                                                                                 case.batch.global_batch_seqs), case.id
+            assert build_model(faster).num_params() == build_model(case).num_params(), case.id
+            assert step_time_s(faster, build_model(faster))[0] < step_time_s(case, build_model(case))[0], case.id
+        else:
+            assert isinstance(published_runs._stated(case)[why.knob], str), case.id
+
+
+def test_unexplained_gain_is_the_claim_beyond_the_measured_speed_up() -> None:
+    case = _case("korthikanti2022_table5_22B_full_recompute")  # Table 5: 1.42 s full recompute, 1.10 s selective + SP
+
+    def never(**_):
+        raise AssertionError("a measured faster case needs no search")
+
+    left = published_runs.unexplained_gain_pct(case, 49.0, 1.39, 1.42, never)
+    assert left == pytest.approx(100 * (1.49 / (1.42 / 1.10) - 1))
+    assert published_runs.unexplained_gain_pct(case, 8.0, 1.39, 1.42, never) == 8.0  # under the bar: nothing to explain
+    plain = _case("megatron_core_2024_h100_70B")  # no reason: the whole claim stays unexplained
+    assert published_runs.unexplained_gain_pct(plain, 30.0, 2.1, 2.2, never) == 30.0
