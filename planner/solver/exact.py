@@ -34,7 +34,7 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import TableResult, evaluate_table
+from planner.cost.evaluate import TableResult, evaluate_fitting, evaluate_table
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import (
@@ -208,22 +208,25 @@ def exact_search(
         if n_rows == 0:
             continue
         n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_rows), 2 * n_take))
-        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact, and a
-        # row whose optimistic step time is no better than the K-th best needs no exact DP/PP query.
-        res = evaluate_table(ctx, table, optimistic_bw(ctx.topology, table, cache))
-        mult = score_multiplier(ctx, table, objective)
+        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact (and
+        # computed first: only the rows that fit are timed), and a row whose optimistic step time is no better
+        # than the K-th best needs no exact DP/PP query.
+        ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
         stats.rows_evaluated += n_rows
-        ok = res.fits
         stats.rows_feasible += int(ok.sum())
         if not ok.all():
-            j = int(np.argmin(res.peak_memory_bytes))
-            if least_mem is None or res.peak_memory_bytes[j] < least_mem[1]:
-                least_mem = ({k: int(v[j]) for k, v in table.items()}, float(res.peak_memory_bytes[j]))
-        keep_rows = ok if keep_all else ok & (res.step_time_s * mult < kth)
-        stats.rows_bound_pruned += int(ok.sum() - keep_rows.sum())
-        if not keep_rows.any():
+            j = int(np.argmin(peak))
+            if least_mem is None or peak[j] < least_mem[1]:
+                least_mem = ({k: int(v[j]) for k, v in table.items()}, float(peak[j]))
+        if res is None:
             continue
-        table = _take(table, np.nonzero(keep_rows)[0])
+        table = _take(table, np.nonzero(ok)[0])
+        if not keep_all:
+            keep_rows = res.step_time_s * score_multiplier(ctx, table, objective) < kth
+            stats.rows_bound_pruned += int(len(keep_rows) - keep_rows.sum())
+            if not keep_rows.any():
+                continue
+            table = _take(table, np.nonzero(keep_rows)[0])
         res = evaluate_table(ctx, table, bw)  # second pass: exact
         score = res.step_time_s * score_multiplier(ctx, table, objective)
         ok = res.fits
