@@ -130,6 +130,36 @@ def _option_filter(ctx: CostContext, space, stats: SearchStats, kth: float, shap
     return keep
 
 
+def _exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth, lower: np.ndarray,
+                best_t: np.ndarray, top: int, objective: str):
+    """The second pass: exact step times of the rows whose first-pass score `lower` (never above their exact
+    score) can still beat the K-th best, visited in increasing `lower` in growing chunks, so that the K-th best
+    tightens while they are evaluated. A row left out has `lower` above a K-th best already found (of
+    `best_t`, the scores kept so far, and the rows evaluated here), so its exact score is above the final K-th
+    best too: it can neither enter the top K nor tie with it, and the top K (ties broken by order) is the one
+    evaluating every row gives. Every formula is per row: a row's numbers do not depend on its chunk.
+    Returns the evaluated rows in table order: (table, step times, scores, fits)."""
+    n = len(lower)
+    order = np.argsort(lower, kind="stable")
+    step, score = np.full(n, np.nan), np.full(n, np.inf)
+    fits, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    seen = np.sort(best_t)
+    kth = seen[top - 1] if len(seen) >= top else np.inf
+    pos, size = 0, max(2 * top, 32)
+    while pos < n and lower[order[pos]] <= kth:
+        chunk = order[pos : pos + size]
+        chunk = np.sort(chunk[lower[chunk] <= kth])
+        sub = _take(table, chunk)
+        res = evaluate_table(ctx, sub, bw)
+        step[chunk], fits[chunk], done[chunk] = res.step_time_s, res.fits, True
+        score[chunk] = res.step_time_s * score_multiplier(ctx, sub, objective)
+        seen = np.sort(np.concatenate([seen, score[chunk][res.fits]]))
+        kth = seen[top - 1] if len(seen) >= top else np.inf
+        pos, size = pos + size, 2 * size
+    rows = np.nonzero(done)[0]
+    return _take(table, rows), step[rows], score[rows], fits[rows]
+
+
 def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False,
     objective: str = "expected",
@@ -221,22 +251,24 @@ def exact_search(
         if res is None:
             continue
         table = _take(table, np.nonzero(ok)[0])
-        if not keep_all:
-            keep_rows = res.step_time_s * score_multiplier(ctx, table, objective) < kth
+        if keep_all:
+            res = evaluate_table(ctx, table, bw)  # second pass: exact, every row
+            step, score, ok = res.step_time_s, res.step_time_s * score_multiplier(ctx, table, objective), res.fits
+        else:
+            first_score = res.step_time_s * score_multiplier(ctx, table, objective)
+            keep_rows = first_score < kth
             stats.rows_bound_pruned += int(len(keep_rows) - keep_rows.sum())
             if not keep_rows.any():
                 continue
-            table = _take(table, np.nonzero(keep_rows)[0])
-        res = evaluate_table(ctx, table, bw)  # second pass: exact
-        score = res.step_time_s * score_multiplier(ctx, table, objective)
-        ok = res.fits
+            kept = np.nonzero(keep_rows)[0]
+            table, step, score, ok = _exact_pass(ctx, _take(table, kept), bw, first_score[kept], best_t, top, objective)
         cand = _take(table, np.nonzero(ok)[0])
         if keep_all:
             cand_all = dict(cand, step_time_ms=(res.step_time_s[ok] * 1e3), peak=res.peak_memory_bytes[ok])
             feasible_all = cand_all if feasible_all is None else {k: np.concatenate([feasible_all[k], cand_all[k]]) for k in cand_all}
         merged = _concat(best, cand)
         merged_t = np.concatenate([best_t, score[ok]])
-        merged_step = np.concatenate([best_step, res.step_time_s[ok]])
+        merged_step = np.concatenate([best_step, step[ok]])
         keep = np.lexsort((np.arange(len(merged_t)), merged_t))[:top]
         best, best_t, best_step = _take(merged, keep), merged_t[keep], merged_step[keep]
     stats.proven_optimal = True
