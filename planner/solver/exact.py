@@ -12,9 +12,11 @@
    bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
    (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options
    of a pair are dropped before their rows are built, by the least of that over orders and schedules),
-   and evaluate the rest as one table (`cost.evaluate.evaluate_table`) in two passes: first with the DP and
-   PP collectives at a capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
-   only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
+   and evaluate the rest as one table in two passes: first with the DP and PP collectives at a capacity-only
+   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and only the rows
+   that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only for the rows
+   that fit and whose first-pass time beats the K-th best, in increasing first-pass time and in growing
+   chunks, stopping once it passes the K-th best found so far (`_exact_pass`). Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
    Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
    The result is exact under the cost model (`proven_optimal`); `brute_force` evaluates the same space
