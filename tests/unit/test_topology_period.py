@@ -17,15 +17,9 @@ import pytest
 import hardware_profiles as hp
 from planner.topology.layout import build_layout
 from planner.topology.symmetry import _is_period, _owners, period
+from tests.unit.test_topology_symmetry import CLUSTERS as SYMMETRY_CLUSTERS
 
-CLUSTERS = {
-    "dgx-h100": dict(gpus=2048),
-    "dgx-h100-oversub": dict(nodes=64),
-    "gb200-nvl72": dict(gpus=2304),
-    "dgx-a100": dict(gpus=1280),
-    "selene": {},
-    "hetero-a100-h100": {},
-}
+CLUSTERS = {**SYMMETRY_CLUSTERS, "hetero-a100-h100": {}}  # and one that is not periodic (two node types)
 
 
 def _reference(lay, P: int) -> bool:
