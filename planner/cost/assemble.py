@@ -112,7 +112,7 @@ def _col(x: Any) -> np.ndarray:
     return np.asarray(x).reshape(-1, 1)
 
 
-def _masked_max(x: np.ndarray, present: np.ndarray) -> np.ndarray:
+def masked_max(x: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, x, -np.inf).max(axis=1)
 
 
@@ -127,7 +127,7 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     mf = m.astype(float)
     t, f = work.total_s, work.forward_s
     g = t - 2 * work.weight_grad_s  # T_F + T_B - T_W per rank: the zero-bubble schedules' bubble unit
-    t_max, f_max, g_max = _masked_max(t, present), _masked_max(f, present), _masked_max(g, present)
+    t_max, f_max, g_max = masked_max(t, present), masked_max(f, present), masked_max(g, present)
     t_sum, g_sum = (w * t).sum(axis=1), (w * g).sum(axis=1)
     pipe = makespan(table["sched"], mf, v, t_max, t_sum, g_max, g_sum, pp)
     bubble = pipe - mf * t_max
@@ -141,18 +141,18 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
                        work.fwd_window_s[:, r], work.bwd_window_s[:, r], work.layers[:, r], pp, zero_bubble)
         for r in range(t.shape[1])
     ], axis=1)
-    dp_t = _masked_max(dp_all, present)
+    dp_t = masked_max(dp_all, present)
     ctxs = work.optimizer_contexts or [ctx] * t.shape[1]
     opt_all = np.stack([fixed_costs.optimizer_step_s(c, work.params[:, r], zero, shard) for r, c in enumerate(ctxs)],
                        axis=1)
-    opt = _masked_max(opt_all, present)
+    opt = masked_max(opt_all, present)
     step = pipe + p2p + dp_t + opt
     in_layer = work.tp_s[rows, bn] + work.cp_s[rows, bn] + work.ep_s[rows, bn]
     # CPU processes sharing a host's cores: at least the host's CPU work over its cores (host_share.py).
     step, shared = host_share.apply(ctx, table, step, mf, (w * work.compute_s).sum(axis=1), (w * work.params).sum(axis=1),
                                     mf * in_layer + p2p + dp_t)
     total = work.memory["total"]
-    peak = _masked_max(total, present)
+    peak = masked_max(total, present)
     fits = np.all(~present | (total <= work.capacity_bytes), axis=1)
     return TableResult(
         step_time_s=step,

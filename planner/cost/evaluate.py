@@ -10,18 +10,18 @@ work to the one step-time assembler (`cost.assemble`, where the formulas are).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from planner.cost import comm, compute, memory, overhead
-from planner.cost.assemble import RankWork, TableResult, assemble, rank_memory
+from planner.cost.assemble import RankWork, TableResult, assemble, masked_max, rank_memory
 from planner.cost.context import CostContext
 from planner.cost.partition import balanced_split
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
 from planner.layout.table import MESH_ORDERS, RecomputeCode, axis_sizes, axis_strides
 
-__all__ = ["LayerCosts", "TableResult", "evaluate_table", "layer_costs"]
+__all__ = ["LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
 
 
 def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -187,6 +187,45 @@ def evaluate_table(
         ranks = np.broadcast_to(np.arange(p), n.shape)
         return assemble(ctx, table, _work(ctx, table, lc, n, ranks == 0, ranks == p - 1, ranks, np.ones_like(n)), lc,
                         per_rank_memory=True)
+    split, n, first, last, rank, weight = _mean_layer_ranks(ctx, table, lc)
+    return assemble(ctx, table, _work(ctx, table, lc, n, first, last, rank, weight), lc, split=split)
+
+
+def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth
+                     ) -> tuple[np.ndarray, np.ndarray, TableResult | None]:
+    """(fits, peak bytes per GPU, result of the rows that fit): exactly what `evaluate_table(ctx, table, bw)`
+    gives for those rows, with the step times assembled only for the rows that fit (the search's first pass:
+    most rows of a large model are out of memory, and only a fitting row's time is ever read). The layer
+    costs, the split and the memory are computed once over every row (a rank's memory follows the split,
+    which follows the layers' times); every formula is per row, so a row's numbers do not depend on which
+    other rows are evaluated with it. The partial result carries no `split`."""
+    lc = layer_costs(ctx, table, bw)
+    _, n, first, last, rank, weight = _mean_layer_ranks(ctx, table, lc)
+    params, mem = _memory(ctx, table, lc, n, first, last, rank)
+    present = weight > 0
+    total = mem["total"]
+    fits = np.all(~present | (total <= ctx.memory_capacity_bytes), axis=1)
+    peak = masked_max(total, present)
+    if not fits.any():
+        return fits, peak, None
+    rows = np.nonzero(fits)[0]
+    count = len(fits)
+
+    def sub(x):
+        if isinstance(x, tuple):
+            return tuple(sub(y) for y in x)
+        return x[rows] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == count else x
+
+    lc_fit = LayerCosts(**{f.name: sub(getattr(lc, f.name)) for f in fields(LayerCosts)})
+    table_fit = {k: v[rows] for k, v in table.items()}
+    work = _work_from(ctx, lc_fit, n[rows], first[rows] if first.shape[0] == count else first, last[rows],
+                      weight[rows], params[rows], {k: v[rows] for k, v in mem.items()})
+    return fits, peak, assemble(ctx, table_fit, work, lc_fit)
+
+
+def _mean_layer_ranks(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts):
+    """The optimal mean-layer split in compact form: (split, layers, first, last, pipeline index, weight)
+    of four representative ranks per row (`cost.partition.balanced_split`)."""
     pp = table["pp"]
     split = balanced_split(ctx.model.num_layers, pp, lc.u, lc.e_first, lc.e_last)
     single, trim = pp == 1, split.mid_trimmed
@@ -199,7 +238,7 @@ def evaluate_table(
     rank = np.hstack([c(np.zeros_like(pp)), c(pp - 1), c(1 + trim), c(np.ones_like(pp))])
     first = np.broadcast_to(np.array([[True, False, False, False]]), n.shape)
     last = np.array([[False, True, False, False]]) | (c(single) & first)  # one rank: it is first and last
-    return assemble(ctx, table, _work(ctx, table, lc, n, first, last, rank, weight.astype(float)), lc, split=split)
+    return split, n, first, last, rank, weight.astype(float)
 
 
 def _col(x) -> np.ndarray:
@@ -210,6 +249,28 @@ def _work(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.
           last: np.ndarray, rank: np.ndarray, weight: np.ndarray) -> RankWork:
     """The ranks' work when every decoder layer costs the mean layer: columns with `n` layers, the embedding
     where `first` and the head where `last` (both on one rank without pipelining), pipeline index `rank`."""
+    params, mem = _memory(ctx, table, lc, n, first, last, rank)
+    return _work_from(ctx, lc, n, first, last, weight, params, mem)
+
+
+def _work_from(ctx: CostContext, lc: LayerCosts, n: np.ndarray, first: np.ndarray, last: np.ndarray,
+               weight: np.ndarray, params: np.ndarray, mem: dict[str, np.ndarray]) -> RankWork:
+    """`_work` given the ranks' parameters and memory (`_memory`)."""
+    c = _col
+    return RankWork(
+        total_s=n * c(lc.u) + first * c(lc.e_first) + last * c(lc.e_last),
+        forward_s=n * c(lc.u_fwd) + first * c(lc.emb_f) + last * c(lc.head_f),
+        weight_grad_s=n * c(lc.u_w),
+        compute_s=n * c(lc.u_comp) + (first * c(lc.e_first) + last * c(lc.e_last)),
+        tp_s=n * c(lc.u_tp), cp_s=n * c(lc.u_cp), ep_s=n * c(lc.u_ep),
+        params=params, layers=n, fwd_window_s=n * c(lc.u_fwd), bwd_window_s=n * c(lc.u - lc.u_fwd),
+        memory=mem, capacity_bytes=ctx.memory_capacity_bytes, weight=weight,
+    )
+
+
+def _memory(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.ndarray, first: np.ndarray,
+            last: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Parameters held and memory components of the ranks' columns (`_work`; `memory_fit` needs only these)."""
     c = _col
     tp, ep = table["tp"], table["ep"]
     sp = table["sp"].astype(bool)
@@ -218,14 +279,5 @@ def _work(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.
     params = n * c(layer_local) + first * c(ctx.embedding_params / tp) + last * c(ctx.head_params / tp)
     act = memory.activation_bytes_per_layer(ctx, table["mb"], tp, table["cp"], sp, table["rc"])
     buf = memory.fsdp_buffer_bytes(ctx, layer_local, table["zero"], table["pp"])
-    return RankWork(
-        total_s=n * c(lc.u) + first * c(lc.e_first) + last * c(lc.e_last),
-        forward_s=n * c(lc.u_fwd) + first * c(lc.emb_f) + last * c(lc.head_f),
-        weight_grad_s=n * c(lc.u_w),
-        compute_s=n * c(lc.u_comp) + (first * c(lc.e_first) + last * c(lc.e_last)),
-        tp_s=n * c(lc.u_tp), cp_s=n * c(lc.u_cp), ep_s=n * c(lc.u_ep),
-        params=params, layers=n, fwd_window_s=n * c(lc.u_fwd), bwd_window_s=n * c(lc.u - lc.u_fwd),
-        memory=rank_memory(ctx, table, params, n, rank, c(act), last, c(buf), n * c(expert_local),
-                           c(expert_shard(table))),
-        capacity_bytes=ctx.memory_capacity_bytes, weight=weight,
-    )
+    return params, rank_memory(ctx, table, params, n, rank, c(act), last, c(buf), n * c(expert_local),
+                               c(expert_shard(table)))

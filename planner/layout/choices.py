@@ -111,32 +111,44 @@ def schedule_options(pp: np.ndarray, m: np.ndarray, facts: Facts, pins: Mapping[
     Without pipelining the loop is reported once (`ONE_RANK_SCHEDULES`). A schedule the registry marks
     `dominated_by` another (same makespan, more memory) is left out where that one is valid, unless pinned
     or `prune_dominated` is off (the brute-force oracle)."""
-    by_key: list[list[tuple[int, int]]] = []
-    cols: dict[str, list[int]] = {"pp": [], "m": [], "sched": [], "v": []}
-    owner = []
-    for i, (p, q) in enumerate(zip(pp.tolist(), m.tolist())):
-        for code, v in schedule_candidates(p, max_virtual_stages):
-            for k, x in zip(cols, (p, q, code, v)):
-                cols[k].append(x)
-            owner.append(i)
-        by_key.append([])
-    if not owner:
+    by_key: list[list[tuple[int, int]]] = [[] for _ in range(len(pp))]
+    if not len(pp):
         return by_key
-    table = {k: np.array(x, dtype=np.int64) for k, x in cols.items()}
+    # Every key's candidates in the search's order, one block per key: those of one rank, or of a pipeline
+    # (the same list for every pp > 1).
+    pp, m = np.asarray(pp, dtype=np.int64), np.asarray(m, dtype=np.int64)
+    one, many = (np.array(schedule_candidates(p, max_virtual_stages), dtype=np.int64).reshape(-1, 2) for p in (1, 2))
+    single = pp == 1
+    counts = np.where(single, len(one), len(many))
+    owner_arr = np.repeat(np.arange(len(pp)), counts)
+    slot = np.arange(len(owner_arr)) - np.repeat(np.cumsum(counts) - counts, counts)
+    width = max(len(one), len(many))
+    pad = np.zeros((2, width, 2), dtype=np.int64)
+    pad[0, : len(one)], pad[1, : len(many)] = one, many
+    cand = pad[np.where(single[owner_arr], 0, 1), slot]
+    table = {"pp": pp[owner_arr], "m": m[owner_arr], "sched": cand[:, 0], "v": cand[:, 1]}
+    if not len(owner_arr):
+        return by_key
     ok = keep(table, facts, pins, framework, tally, "schedule")
-    valid = {(owner[j], int(table["sched"][j])) for j in np.nonzero(ok)[0]}
+    kept = np.nonzero(ok)[0]
+    owner, sched, virtual, pps = (a[kept].tolist() for a in (owner_arr, table["sched"], table["v"], table["pp"]))
+    valid = set(zip(owner, sched))
     codes = {s.code: s for s in SCHEDULES.values()}
-    for j in np.nonzero(ok)[0].tolist():
-        i, s, v = owner[j], codes[int(table["sched"][j])], int(table["v"][j])
-        if not (allowed(pins, "schedule", s.name) and allowed(pins, "virtual_stages", v)):
+    allow_schedule = {c: allowed(pins, "schedule", s.name) for c, s in codes.items()}
+    allow_virtual: dict[int, bool] = {}
+    for i, code, v, p in zip(owner, sched, virtual, pps):
+        s = codes[code]
+        if v not in allow_virtual:
+            allow_virtual[v] = allowed(pins, "virtual_stages", v)
+        if not (allow_schedule[code] and allow_virtual[v]):
             continue
-        if int(table["pp"][j]) == 1:
+        if p == 1:
             if not by_key[i]:
                 by_key[i].append((int(s.code), v))
             continue
         dominator = SCHEDULES[s.dominated_by] if s.dominated_by else None
-        if (dominator is not None and prune_dominated and (owner[j], int(dominator.code)) in valid
-                and not (allowed(pins, "schedule", s.name) and "schedule" in pins)):
+        if (dominator is not None and prune_dominated and (i, int(dominator.code)) in valid
+                and not (allow_schedule[code] and "schedule" in pins)):
             continue
         by_key[i].append((int(s.code), v))
     return by_key

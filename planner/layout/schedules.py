@@ -212,7 +212,11 @@ def by_code(codes: np.ndarray, per_schedule: Callable[[PipelineSchedule], Array]
     import numpy as np  # here: the registry itself is read by the command line before numpy is loaded
 
     codes = np.asarray(codes)
-    return np.select([codes == s.code for s in BY_CODE], [per_schedule(s) for s in BY_CODE], 0.0)
+    conds = [(codes == s.code, s) for s in BY_CODE]
+    # Only the schedules some row has are evaluated: an all-false condition selects nothing (and the 0.0
+    # default keeps the result float either way).
+    used = [(c, s) for c, s in conds if c.any()] or conds
+    return np.select([c for c, _ in used], [per_schedule(s) for _, s in used], 0.0)
 
 
 def makespan(codes: np.ndarray, m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array,

@@ -12,9 +12,11 @@
    bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
    (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options
    of a pair are dropped before their rows are built, by the least of that over orders and schedules),
-   and evaluate the rest as one table (`cost.evaluate.evaluate_table`) in two passes: first with the DP and
-   PP collectives at a capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact), then exactly,
-   only for the rows that fit and whose first-pass time beats the K-th best. Most exact DP/PP topology
+   and evaluate the rest as one table in two passes: first with the DP and PP collectives at a capacity-only
+   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and only the rows
+   that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only for the rows
+   that fit and whose first-pass time beats the K-th best, in increasing first-pass time and in growing
+   chunks, stopping once it passes the K-th best found so far (`_exact_pass`). Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
    Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
    The result is exact under the cost model (`proven_optimal`); `brute_force` evaluates the same space
@@ -34,7 +36,7 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import TableResult, evaluate_table
+from planner.cost.evaluate import TableResult, evaluate_fitting, evaluate_table
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import (
@@ -130,6 +132,36 @@ def _option_filter(ctx: CostContext, space, stats: SearchStats, kth: float, shap
     return keep
 
 
+def _exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth, lower: np.ndarray,
+                best_t: np.ndarray, top: int, objective: str):
+    """The second pass: exact step times of the rows whose first-pass score `lower` (never above their exact
+    score) can still beat the K-th best, visited in increasing `lower` in growing chunks, so that the K-th best
+    tightens while they are evaluated. A row left out has `lower` above a K-th best already found (of
+    `best_t`, the scores kept so far, and the rows evaluated here), so its exact score is above the final K-th
+    best too: it can neither enter the top K nor tie with it, and the top K (ties broken by order) is the one
+    evaluating every row gives. Every formula is per row: a row's numbers do not depend on its chunk.
+    Returns the evaluated rows in table order: (table, step times, scores, fits)."""
+    n = len(lower)
+    order = np.argsort(lower, kind="stable")
+    step, score = np.full(n, np.nan), np.full(n, np.inf)
+    fits, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    seen = np.sort(best_t)
+    kth = seen[top - 1] if len(seen) >= top else np.inf
+    pos, size = 0, max(2 * top, 32)
+    while pos < n and lower[order[pos]] <= kth:
+        chunk = order[pos : pos + size]
+        chunk = np.sort(chunk[lower[chunk] <= kth])
+        sub = _take(table, chunk)
+        res = evaluate_table(ctx, sub, bw)
+        step[chunk], fits[chunk], done[chunk] = res.step_time_s, res.fits, True
+        score[chunk] = res.step_time_s * score_multiplier(ctx, sub, objective)
+        seen = np.sort(np.concatenate([seen, score[chunk][res.fits]]))
+        kth = seen[top - 1] if len(seen) >= top else np.inf
+        pos, size = pos + size, 2 * size
+    rows = np.nonzero(done)[0]
+    return _take(table, rows), step[rows], score[rows], fits[rows]
+
+
 def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False,
     objective: str = "expected",
@@ -208,32 +240,37 @@ def exact_search(
         if n_rows == 0:
             continue
         n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_rows), 2 * n_take))
-        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact, and a
-        # row whose optimistic step time is no better than the K-th best needs no exact DP/PP query.
-        res = evaluate_table(ctx, table, optimistic_bw(ctx.topology, table, cache))
-        mult = score_multiplier(ctx, table, objective)
+        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact (and
+        # computed first: only the rows that fit are timed), and a row whose optimistic step time is no better
+        # than the K-th best needs no exact DP/PP query.
+        ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
         stats.rows_evaluated += n_rows
-        ok = res.fits
         stats.rows_feasible += int(ok.sum())
         if not ok.all():
-            j = int(np.argmin(res.peak_memory_bytes))
-            if least_mem is None or res.peak_memory_bytes[j] < least_mem[1]:
-                least_mem = ({k: int(v[j]) for k, v in table.items()}, float(res.peak_memory_bytes[j]))
-        keep_rows = ok if keep_all else ok & (res.step_time_s * mult < kth)
-        stats.rows_bound_pruned += int(ok.sum() - keep_rows.sum())
-        if not keep_rows.any():
+            j = int(np.argmin(peak))
+            if least_mem is None or peak[j] < least_mem[1]:
+                least_mem = ({k: int(v[j]) for k, v in table.items()}, float(peak[j]))
+        if res is None:
             continue
-        table = _take(table, np.nonzero(keep_rows)[0])
-        res = evaluate_table(ctx, table, bw)  # second pass: exact
-        score = res.step_time_s * score_multiplier(ctx, table, objective)
-        ok = res.fits
+        table = _take(table, np.nonzero(ok)[0])
+        if keep_all:
+            res = evaluate_table(ctx, table, bw)  # second pass: exact, every row
+            step, score, ok = res.step_time_s, res.step_time_s * score_multiplier(ctx, table, objective), res.fits
+        else:
+            first_score = res.step_time_s * score_multiplier(ctx, table, objective)
+            keep_rows = first_score < kth
+            stats.rows_bound_pruned += int(len(keep_rows) - keep_rows.sum())
+            if not keep_rows.any():
+                continue
+            kept = np.nonzero(keep_rows)[0]
+            table, step, score, ok = _exact_pass(ctx, _take(table, kept), bw, first_score[kept], best_t, top, objective)
         cand = _take(table, np.nonzero(ok)[0])
         if keep_all:
             cand_all = dict(cand, step_time_ms=(res.step_time_s[ok] * 1e3), peak=res.peak_memory_bytes[ok])
             feasible_all = cand_all if feasible_all is None else {k: np.concatenate([feasible_all[k], cand_all[k]]) for k in cand_all}
         merged = _concat(best, cand)
         merged_t = np.concatenate([best_t, score[ok]])
-        merged_step = np.concatenate([best_step, res.step_time_s[ok]])
+        merged_step = np.concatenate([best_step, step[ok]])
         keep = np.lexsort((np.arange(len(merged_t)), merged_t))[:top]
         best, best_t, best_step = _take(merged, keep), merged_t[keep], merged_step[keep]
     stats.proven_optimal = True

@@ -63,40 +63,54 @@ def _shift_constant(f: np.ndarray, P: int) -> bool:
 
 
 def _same(x: np.ndarray, y: np.ndarray) -> bool:
+    if x.shape == y.shape and bool((x == y).all()):  # the common case, without the NaN masks
+        return True
     return bool(np.array_equal(x, y, equal_nan=True)) if x.dtype.kind == "f" else bool(np.array_equal(x, y))
 
 
 def _is_period(lay: Layout, owners: dict[str, list[np.ndarray]], P: int) -> bool:
+    """Whether shifting by P GPUs maps the layout onto itself (module docstring). The cheap whole-array checks
+    run first, so a candidate that is not a period (the smaller ones usually) is refused early."""
     N = lay.num_gpus
     if P >= N:
         return False
-    window = np.arange(N) // P
     for arr in (lay.host, lay.unit, lay.dom, lay.sw, lay.nic):
         if not _shift_constant(arr, P):
             return False
     if not np.array_equal(lay.local[:-P], lay.local[P:]):
         return False
-    for cls, maps in owners.items():
-        for f in maps:
-            if not _shift_constant(f, P):
-                return False
-            ok = f >= 0
-            if not ok.any():
-                continue
-            # Every edge serves one aligned P-window only.
-            lo = np.full(int(f.max()) + 1, np.iinfo(np.int64).max)
-            hi = np.full(int(f.max()) + 1, -1)
-            np.minimum.at(lo, f[ok], window[ok])
-            np.maximum.at(hi, f[ok], window[ok])
-            if not np.array_equal(lo[f[ok]], hi[f[ok]]):
-                return False
-            # Shifted edges have the same capacity and latency.
-            both = ok[:-P]
-            for d in ("up", "down"):
-                for table in (lay.cap, lay.lat):
-                    vals = table[f"{cls}_{d}"]
-                    if not _same(vals[f[:-P][both]], vals[f[P:][both]]):
-                        return False
+    maps = [(cls, f) for cls, fs in owners.items() for f in fs]
+    if not all(_shift_constant(f, P) for _, f in maps):
+        return False
+    window = np.arange(N) // P
+    for cls, f in maps:
+        ok = f >= 0
+        if not ok.any():
+            continue
+        used, used_window = f[ok], window[ok]
+        # Every edge serves one aligned P-window only: each edge's GPUs all have the window one of them left
+        # in `seen` (whichever write lands last, a second window on the same edge differs from it somewhere).
+        seen = np.empty(int(used.max()) + 1, dtype=np.int64)
+        seen[used] = used_window
+        if not np.array_equal(seen[used], used_window):
+            return False
+        # Shifted edges have the same capacity and latency. f[g + P] = f[g] + shift wherever f is defined
+        # (checked above), so the pairs to compare are (e, e + shift) for the edges e of GPUs g < N - P.
+        lower = f[:-P][ok[:-P]]
+        if not len(lower):
+            continue
+        shift = int(f[P:][ok[:-P]][0] - lower[0])
+        edges = np.zeros(len(seen), dtype=bool)
+        edges[lower] = True
+        e = np.flatnonzero(edges)
+        first, last = int(e[0]), int(e[-1])
+        span = slice(first, last + 1) if len(e) == last + 1 - first else e  # a run of edges: compare views
+        shifted = slice(first + shift, last + 1 + shift) if isinstance(span, slice) else e + shift
+        for d in ("up", "down"):
+            for table in (lay.cap, lay.lat):
+                vals = table[f"{cls}_{d}"]
+                if not _same(vals[span], vals[shifted]):
+                    return False
     return True
 
 

@@ -4,6 +4,7 @@ validated in full when loaded."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -45,3 +46,19 @@ def test_plan_with_trusted_placement_round_trips_and_loads_validated(tmp_path) -
     path.write_text(json.dumps(data))
     with pytest.raises(UserError, match="placement"):
         Plan.load(path)
+
+
+def test_placement_leaves_the_cyclic_collector_as_it_found_it() -> None:
+    """placement_of pauses the collector while it builds (no cycles to free) and restores its state."""
+    assert gc.isenabled()
+    assert placement_of([(0, 0), (0, 1)])[1] == RankPlacement(rank=1, host=0, gpu=1)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        placement_of([(0, 0)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(TypeError):
+        placement_of([(0, 0), None])  # type: ignore[list-item]  (a failure midway re-enables it too)
+    assert gc.isenabled()
