@@ -5,6 +5,10 @@ Order: the fast CPU unit tests (tests/unit) first, then the other single-process
 multi-process tests (`distributed` marker: torchrun launches, tens of seconds each). A broken unit test then
 fails the run in its first minutes instead of after a quarter of an hour of launches; within each tier the
 collection order (file by file) is kept, so module-scoped fixtures are still set up once.
+
+Workers: the suite runs on two pytest-xdist workers (`-n 2 --dist loadfile` in pyproject.toml), which take whole
+files in this order. A unit test is one process on one core, and a launch waits on its ranks' start-up and
+rendezvous: one worker alone leaves a core idle for much of the run. `-n 0` runs everything in one process.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""Lost GPUs: a job checkpointed on 8 ranks continues on 4 after a re-plan (`meshplan run NEW.json --resume CKPT`).
+"""Lost GPUs: a job checkpointed on 4 ranks continues on 2 after a re-plan (`meshplan run NEW.json --resume CKPT`).
 
-The old job, dp2 x pp2 x tp2 (1F1B, ZeRO-3) on 8 CPU ranks, trains 4 steps and checkpoints at 2 and 4. Half
+The old job, dp2 x pp2 (1F1B, ZeRO-3) on 4 CPU ranks, trains 4 steps and checkpoints at 2 and 4. Half
 the "GPUs" are then lost: the planner searches the best layout for the same model and workload (same global
-batch) on 4 devices, and `meshplan run` resumes it from step 2's checkpoint, which DCP reshards (pipeline
-stages merged, TP/FSDP shards re-cut) onto whatever layout the planner chose. Steps 3 and 4 of the resumed
-run must equal the 8-rank run's to fp32 tolerance (1e-6 relative): the world size changes the reduction
+batch) on 2 devices, and `meshplan run` resumes it from step 2's checkpoint, which DCP reshards (pipeline
+stages merged, FSDP shards re-cut) onto whatever layout the planner chose (resharding across TP meshes is
+covered by test_checkpoint_resume.py). Steps 3 and 4 of the resumed run must equal the 4-rank run's to fp32
+tolerance (1e-6 relative): the world size changes the reduction
 order, so not bit for bit. A resume that restored nothing would report the untrained model's loss, far
 outside the tolerance (checked).
 
-Two launches: 8 ranks by torchrun, 4 ranks by `meshplan run`.
+Two launches: 4 ranks by torchrun, 2 ranks by `meshplan run` (half the processes of an 8 -> 4 version,
+on the 2-core CI machine, through the same code paths).
 """
 
 from __future__ import annotations
@@ -49,19 +51,19 @@ def _losses(metrics: Path) -> dict[int, float]:
 
 @pytest.mark.timeout(400)
 def test_resume_on_half_the_gpus_after_a_replan(tmp_path: Path) -> None:
-    old = make_plan("tiny", Layout(dp=2, pp=2, tp=2, zero=3, dp_shard=2, schedule="1f1b", micro_batch=1,
+    old = make_plan("tiny", Layout(dp=2, pp=2, zero=3, dp_shard=2, schedule="1f1b", micro_batch=1,
                                    num_microbatches=4))
-    assert old.world_size == 8
+    assert old.world_size == 4
     old_path, ckpt = tmp_path / "old.json", tmp_path / "ckpt"
     old_path.write_text(old.to_json())
-    proc = torchrun(8, ["-m", "executor", str(old_path), "--steps", "4", "--run-dir", str(tmp_path / "old"),
+    proc = torchrun(4, ["-m", "executor", str(old_path), "--steps", "4", "--run-dir", str(tmp_path / "old"),
                         "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--lr", str(LR)], timeout_s=300, cwd=tmp_path)
     assert proc.returncode == 0, tail(proc)
     before = _losses(tmp_path / "old" / "metrics.jsonl")
     assert sorted(before) == [1, 2, 3, 4]
 
-    new = replan(old, gpus=4)
-    assert new.world_size == 4 and new.layout.global_batch == old.layout.global_batch
+    new = replan(old, gpus=2)
+    assert new.world_size == 2 and new.layout.global_batch == old.layout.global_batch
     new_path = tmp_path / "new.json"
     new_path.write_text(new.to_json())
     run = subprocess.run(
@@ -76,5 +78,5 @@ def test_resume_on_half_the_gpus_after_a_replan(tmp_path: Path) -> None:
     for step in (3, 4):
         assert abs(after[step] - before[step]) <= LOSS_RTOL * abs(before[step]), (new.layout.describe(), before, after)
     assert abs(_untrained_loss(3) - before[3]) > 100 * LOSS_RTOL * abs(before[3])
-    print(f"8 ranks {old.layout.describe()} -> 4 ranks {new.layout.describe()}: step 3 loss {before[3]!r} vs "
+    print(f"4 ranks {old.layout.describe()} -> 2 ranks {new.layout.describe()}: step 3 loss {before[3]!r} vs "
           f"{after[3]!r}, step 4 {before[4]!r} vs {after[4]!r}")

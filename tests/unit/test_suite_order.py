@@ -21,7 +21,8 @@ class Recorder:
     def pytest_collection_finish(self, session):
         self.items = [i.nodeid for i in session.items]
 rec = Recorder()
-code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]], plugins=[rec])
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0", *sys.argv[1:]],
+                   plugins=[rec])
 print("@@" + json.dumps(rec.items))
 sys.exit(code)
 """
