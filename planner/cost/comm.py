@@ -32,7 +32,6 @@ import numpy as np
 from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
-from planner.cost.moe_dispatch import ep_dispatch_tokens  # noqa: F401  (re-exported: its home is moe_dispatch)
 from planner.cost.runtime import grad_reduce_bytes, runtime_costs
 from planner.layout.schedules import ScheduleCode
 

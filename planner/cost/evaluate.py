@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.cost import comm, compute, memory, overhead
+from planner.cost import comm, compute, memory, moe_dispatch, overhead
 from planner.cost.assemble import RankWork, TableResult, assemble, masked_max, rank_memory
 from planner.cost.context import CostContext
 from planner.cost.partition import balanced_split
@@ -132,7 +132,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         ep_f = ep_b = 0.0
         if lt.expert_flops_per_token:
             # EP all-to-alls of the tokens the dispatcher sends, plus the expert-TP exchange where it applies.
-            sent = comm.ep_dispatch_tokens(ctx, tokens, tp, sp)
+            sent = moe_dispatch.ep_dispatch_tokens(ctx, tokens, tp, sp)
             etp = comm.etp_layer_s(ctx, tp_ar, tokens, tp, sp)
             ep_f = comm.ep_layer_fwd_s(ctx, ep_a2a, sent, ep) + etp
             ep_b = comm.ep_layer_bwd_s(ctx, ep_a2a, sent, ep) + etp

@@ -11,7 +11,7 @@ import pytest
 
 import hardware_profiles
 from planner.api import make_context
-from planner.cost import comm, compute, elementwise, fixed_costs, interference
+from planner.cost import comm, compute, elementwise, fixed_costs, interference, moe_dispatch
 from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, RUNTIME_COSTS, grad_reduce_bytes
 from planner.layout import Workload
 from planner.layout.names import RUNTIME_NAMES
@@ -239,9 +239,9 @@ def test_megatron_moe_dispatch_sends_the_sequence_shard_and_exchanges_rows_over_
                         Workload(global_batch=8, seq_len=4096, runtime="megatron"), framework="any")
     eager = make_context(moe_model, hardware_profiles.cluster("dgx-h100", gpus=8),
                          Workload(global_batch=8, seq_len=4096, runtime="pytorch"), framework="any")
-    assert comm.ep_dispatch_tokens(mega, tokens, tp, on)[0] == 1024.0  # the SP shard
-    assert comm.ep_dispatch_tokens(mega, tokens, tp, off)[0] == 4096.0  # no SP: whole micro-batch
-    assert comm.ep_dispatch_tokens(eager, tokens, tp, on)[0] == 4096.0  # the executor dispatches every token
+    assert moe_dispatch.ep_dispatch_tokens(mega, tokens, tp, on)[0] == 1024.0  # the SP shard
+    assert moe_dispatch.ep_dispatch_tokens(mega, tokens, tp, off)[0] == 4096.0  # no SP: whole micro-batch
+    assert moe_dispatch.ep_dispatch_tokens(eager, tokens, tp, on)[0] == 4096.0  # the executor dispatches every token
     # Expert-TP exchange: one all-reduce volume of top_k T h rows, less the dense MLP's T h volume it replaces.
     rows, mlp = 4096 * 2 * H * 2, 4096 * H * 2
     assert comm.etp_layer_s(mega, ar, tokens, tp, on)[0] == pytest.approx(1e-10 * (rows - mlp))
@@ -252,7 +252,7 @@ def test_megatron_moe_dispatch_sends_the_sequence_shard_and_exchanges_rows_over_
                           Workload(global_batch=8, seq_len=4096, runtime="megatron"), framework="any")
     assert comm.etp_layer_s(shared, ar, tokens, tp, on)[0] == pytest.approx(1e-5 + 1e-10 * rows)
     # The all-to-all of the shard: dispatch + combine of T/tp top_k h each way, plus the counts.
-    sent = comm.ep_dispatch_tokens(mega, tokens, tp, on)
+    sent = moe_dispatch.ep_dispatch_tokens(mega, tokens, tp, on)
     assert comm.ep_layer_bwd_s(mega, a2a, sent, np.array([2]))[0] == pytest.approx(2 * (2e-5 + 3e-10 * 1024 * 2 * H * 2))
 
 
