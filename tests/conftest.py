@@ -50,5 +50,17 @@ def tier(item: pytest.Item) -> int:
     return 0 if UNIT in Path(str(item.path)).resolve().parents else 1
 
 
+LONGEST_FIRST = ("test_equivalence.py", "test_faults.py", "test_checkpoint_resume.py")
+"""The distributed files of two to three minutes each (several launches): handed to the workers first, so that the
+run does not end with one worker on a long file while the other has nothing left."""
+
+
+def order(item: pytest.Item) -> tuple[int, int]:
+    """(tier, the file's place among the longest multi-process files; the others after them, in file order)."""
+    name = Path(str(item.path)).name
+    rank = LONGEST_FIRST.index(name) if tier(item) == 2 and name in LONGEST_FIRST else len(LONGEST_FIRST)
+    return tier(item), rank
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=tier)  # stable: file order within a tier
+    items.sort(key=order)  # stable: file order within a tier
