@@ -150,7 +150,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # With fewer micro-batches than stages its schedule runs as GPipe does (meshplan's only schedule for m < pp).
         "features": {"schedule": ("1f1b", "gpipe"), "zero": (0, 1), "recompute": ("none", "full"), "sequence_parallel": False,
                      "cp": 1, "ep": 1},
-        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False},
+        # BF16_Optimizer all-reduces the whole fp32 gradient (DeepSpeed engine.allreduce_gradients ->
+        # buffered_allreduce_fallback(get_grads_for_reduction())), then all-gathers the bf16 weights.
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
+                     "zero1_grad_allreduce": True},
     },
     "metaseq-2022": {
         # OPT (metaseq opt_baselines.py): FSDP (ZeRO-2-like without reshard after forward) + Megatron TP, no SP, no

@@ -298,7 +298,8 @@ def dp_time_s(
     mixed-precision training; W = 16-bit weights; S = sharding group, R = replicate group):
       ZeRO-0 (DDP): all-reduce G over R once per step (grad accumulation keeps local sums).
       ZeRO-1: reduce-scatter G over S + all-reduce G/S over R once per step; all-gather W over S after the
-              optimizer (Megatron distributed optimizer).
+              optimizer (Megatron distributed optimizer). With `Workload.zero1_grad_allreduce` (DeepSpeed's
+              BF16_Optimizer) G is all-reduced over S instead: the reduce-scatter plus an all-gather of G.
       ZeRO-2: reduce-scatter G over S after every micro-batch (gradients are kept sharded) + the R all-reduce
               and W all-gather once.
       ZeRO-3 (FSDP): per micro-batch all-gather W in forward, again in backward, reduce-scatter G; R all-reduce
@@ -350,7 +351,10 @@ def dp_time_s(
     # ZeRO-1/2 weight gathers per step: one, or one per micro-batch where FSDP2 reshards after every backward.
     gathers12 = np.where(rc.regather_after_backward & ~piped, mf, 1.0)
     z0 = hidden(ar_rep, step_grad_window)
-    z1 = hidden(rs + ar_rep, step_grad_window) + gathers12 * hidden(ag, window_fwd_s)
+    # DeepSpeed's BF16_Optimizer all-reduces the whole gradient under ZeRO-1: a ring all-reduce is the
+    # reduce-scatter plus an all-gather of the same bytes (`Workload.zero1_grad_allreduce`).
+    grad_rs = rs + affine_calls(shard_ag, grad_b, units) if ctx.workload.zero1_grad_allreduce else rs
+    z1 = hidden(grad_rs + ar_rep, step_grad_window) + gathers12 * hidden(ag, window_fwd_s)
     z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + gathers12 * hidden(ag, window_fwd_s)
     z3 = mf * (hidden(ag, window_fwd_s) + hidden(ag + rs, window_bwd_s)) + hidden(ar_rep, window_bwd_s)
     z3_piped = hidden(ag, window_fwd_s) + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)

@@ -82,6 +82,13 @@ class Workload(BaseModel):
         "each micro-batch's weight gradients into the buffer in a separate pass (Megatron-LM 2021: "
         "param.main_grad.add_(param.grad) in its DDP hook): 6 more HBM bytes per local parameter per micro-batch.",
     )
+    zero1_grad_allreduce: bool = Field(
+        False,
+        description="ZeRO-1 all-reduces the whole gradient, so every rank receives all of it, before each rank "
+        "updates its shard (DeepSpeed's BF16_Optimizer: the engine's allreduce_gradients runs "
+        "buffered_allreduce_fallback on get_grads_for_reduction(), the full fp32 gradient buffer). False: the "
+        "gradient is reduce-scattered (Megatron's distributed optimizer, DeepSpeed's ZeRO stage 1/2 optimizer).",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )

@@ -283,3 +283,15 @@ def test_megatron_fp16_optimizer_holds_an_fp32_gradient_copy() -> None:
         _, _, opt16 = model_state_bytes(fp16, *args)
         _, _, opt12 = model_state_bytes(bf16, *args)
         assert float(opt16[0] - opt12[0]) == pytest.approx(4e9 / shard)
+
+
+def test_bf16_optimizer_all_reduces_the_whole_gradient_under_zero1() -> None:
+    """DeepSpeed's BF16_Optimizer all-reduces the whole fp32 gradient (its ZeRO-1): the reduce-scatter of the
+    distributed optimizer plus an all-gather of the same fp32 bytes; the weight gather is unchanged."""
+    per_byte = 1e-10
+    rs_coeffs, ag_coeffs = (np.array([0.0]), np.array([per_byte])), (np.array([0.0]), np.array([2 * per_byte]))
+    one, params, layers, window = np.array([1]), np.array([1e8]), np.array([4]), np.array([1e-9])
+    t = {flag: comm.dp_time_s(ctx_for("megatron", overlap_dp_comm=False, zero1_grad_allreduce=flag), params, one,
+                              np.array([4]), rs_coeffs, ag_coeffs, rs_coeffs, np.array([8]), window, window, layers,
+                              one)[0] for flag in (False, True)}
+    assert t[True] - t[False] == pytest.approx(4 * 1e8 * 2 * per_byte, rel=1e-9)  # fp32 G over the all-gather's rate
