@@ -45,6 +45,15 @@ def rule_partition(rule: str | None, num_layers: int, pp: int, v: int) -> tuple[
     raise ValueError(f"unknown partition rule {rule!r}")
 
 
+def framework_builds(framework: str, num_layers: int, pp: int, v: int) -> bool:
+    """Whether the framework can split `num_layers` layers over pp stages of v model chunks: no pipeline, no known
+    rule, or a split its rule makes. Megatron asserts it at start-up (megatron/training/arguments.py: "number of
+    layers of the model must be divisible pipeline model parallel size", and the layers per stage by the layers
+    per virtual stage), so a layout its rule cannot split is one the framework refuses, not one to re-cost."""
+    rule = PARTITION_RULES.get(framework)
+    return rule is None or pp == 1 or rule_partition(rule, num_layers, pp, v) is not None
+
+
 def with_framework_partition(plan: Any, framework: str, model: Any, cluster: Any, work: Any) -> Any:
     """The plan re-costed with its framework's layer split (the plan itself when the rule leaves it as it is)."""
     from planner.api import evaluate

@@ -27,6 +27,7 @@ the cross-validation of one refitted constant (validation.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from published_cases import (
     source_key,
 )
 from published_columns import layout_label, published_rank, unstated_spread
-from published_partitions import with_framework_partition
+from published_partitions import framework_builds, with_framework_partition
 from published_step_times import step_time_s, uncertainty_pct
 from published_summary import GAIN_BAR_PCT
 from pydantic import ValidationError
@@ -169,6 +170,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
 }
 
 
+SPLIT_CANDIDATES = 64
+"""How many of the search's best rows are checked for a layer split the case's framework can build."""
+
+
 def _framework(case: PublishedRun) -> dict[str, Any]:
     return FRAMEWORKS[framework_name(case)]
 
@@ -264,11 +269,21 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
         plan = build_plan(pinned_ctx, table_row, best_rank_layers(pinned_ctx, table_row), proven=False)
         return with_framework_partition(plan, framework, model, cluster, work).prediction.step_time_s
 
-    lo, hi, _ = unstated_spread(model, cluster, work, pins, recost)
+    def builds(table_row: dict[str, int]) -> bool:
+        return framework_builds(framework, model.num_layers, table_row["pp"], table_row["v"])
+
+    lo, hi, _ = unstated_spread(model, cluster, work, pins, recost, builds)
     pred = lo
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
     def best_s(**features: Any) -> tuple[Any, Any]:
-        ctx, found = search_result(model, cluster, work, top=1, framework="any", **features)
+        # The best row the framework can build: the search's layer split is free, the framework's is not
+        # (published_partitions.framework_builds), so take the first of the best rows it can build.
+        ctx, found = search_result(model, cluster, work, top=SPLIT_CANDIDATES, framework="any", **features)
+        rows = [i for i in range(len(found.step_time_s))
+                if builds({k: int(col[i]) for k, col in found.table.items()})] or [0]
+        found = dataclasses.replace(found, table={k: col[rows[:1]] for k, col in found.table.items()},
+                                    step_time_s=found.step_time_s[rows[:1]],
+                                    score=None if found.score is None else found.score[rows[:1]])
         return found, with_framework_partition(plans_from_result(ctx, found)[0], framework, model, cluster, work)
 
     pick, plan = best_s(**_framework(case)["features"])

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import published_runs  # noqa: E402
 import validation  # noqa: E402
 from published_cases import build_cluster, build_model, load_runs, source_key  # noqa: E402
+from published_partitions import framework_builds  # noqa: E402
 from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
 
 CASES = {
@@ -210,3 +211,23 @@ def test_unexplained_gain_is_the_claim_beyond_the_measured_speed_up() -> None:
     assert published_runs.unexplained_gain_pct(case, 8.0, 1.39, 1.42, never) == 8.0  # under the bar: nothing to explain
     plain = _case("megatron_core_2024_h100_70B")  # no reason: the whole claim stays unexplained
     assert published_runs.unexplained_gain_pct(plain, 30.0, 2.1, 2.2, never) == 30.0
+
+
+def test_the_pick_is_a_layer_split_the_framework_builds() -> None:
+    """Megatron asserts layers % pp == 0 and (layers / pp) % layers-per-virtual-stage == 0: 84 layers (the
+    Megatron-Core 2024 70B) build on 6 stages of 7 chunks, not on 8 stages; frameworks without a rule build any."""
+    assert framework_builds("megatron-core-0.8", 84, 6, 7)
+    assert not framework_builds("megatron-core-0.8", 84, 8, 8)
+    assert not framework_builds("megatron-core-0.8", 84, 8, 1)
+    assert not framework_builds("megatron-lm-2021", 40, 2, 3)  # 18.4B's former pick: 40 layers over 6 chunks
+    assert framework_builds("megatron-lm-2021", 40, 2, 4)
+    assert framework_builds("megatron-core-0.8", 84, 1, 1)
+    assert framework_builds("torchtitan-2024", 84, 8, 8)
+    case = next(c for c in load_runs().cases if c.id == "megatron_core_2024_h100_70B")
+    row = published_runs.run_case(case)
+    tp_pp = row["pick"].split()[1]
+    pp, v = int(tp_pp[2:]), 1
+    for word in row["pick"].split():
+        if word.startswith("interleaved-v"):
+            v = int(word.removeprefix("interleaved-v"))
+    assert framework_builds("megatron-core-0.8", 84, pp, v), row["pick"]
