@@ -45,13 +45,19 @@ def rule_partition(rule: str | None, num_layers: int, pp: int, v: int) -> tuple[
     raise ValueError(f"unknown partition rule {rule!r}")
 
 
+SPLIT_ASSERTED: frozenset[str] = frozenset({"megatron-lm-2021", "megatron-lm-2022", "megatron-lm-2023", "megatron-core-0.8"})
+"""Megatron releases that refuse a split other than their "even" rule at start-up (arguments.py: "number of layers
+of the model must be divisible pipeline model parallel size", and the layers per stage by the layers per virtual
+stage); the first/last-stage layer options that relax it came later. Not DeepSpeed's pipeline engine (BLOOM ran
+70 layers on 12 stages) and not the 2025 Megatron-Core MoE stacks, which have those options."""
+
+
 def framework_builds(framework: str, num_layers: int, pp: int, v: int) -> bool:
-    """Whether the framework can split `num_layers` layers over pp stages of v model chunks: no pipeline, no known
-    rule, or a split its rule makes. Megatron asserts it at start-up (megatron/training/arguments.py: "number of
-    layers of the model must be divisible pipeline model parallel size", and the layers per stage by the layers
-    per virtual stage), so a layout its rule cannot split is one the framework refuses, not one to re-cost."""
-    rule = PARTITION_RULES.get(framework)
-    return rule is None or pp == 1 or rule_partition(rule, num_layers, pp, v) is not None
+    """Whether the framework can split `num_layers` layers over pp stages of v model chunks: a layout its asserted
+    rule cannot split is one the framework refuses, not one to re-cost with meshplan's own split."""
+    if framework not in SPLIT_ASSERTED or pp == 1:
+        return True
+    return rule_partition(PARTITION_RULES[framework], num_layers, pp, v) is not None
 
 
 def with_framework_partition(plan: Any, framework: str, model: Any, cluster: Any, work: Any) -> Any:

@@ -223,6 +223,7 @@ def test_the_pick_is_a_layer_split_the_framework_builds() -> None:
     assert framework_builds("megatron-lm-2021", 40, 2, 4)
     assert framework_builds("megatron-core-0.8", 84, 1, 1)
     assert framework_builds("torchtitan-2024", 84, 8, 8)
+    assert framework_builds("megatron-deepspeed-2022", 70, 12, 1)  # BLOOM's own layout: DeepSpeed splits unevenly
     case = next(c for c in load_runs().cases if c.id == "megatron_core_2024_h100_70B")
     row = published_runs.run_case(case)
     tp_pp = row["pick"].split()[1]
