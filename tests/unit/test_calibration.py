@@ -306,7 +306,7 @@ def test_calibrated_step_is_at_least_the_host_bound(calibrated: Path) -> None:
 
 
 def test_dp_collectives_pay_their_latency_once_per_unit() -> None:
-    workload = SimpleNamespace(overlap_dp_comm=True, runtime="pytorch")
+    workload = SimpleNamespace(overlap_dp_comm=True, runtime="pytorch", zero1_grad_allreduce=False)
     # fp32 training (gradients reduced as they are) on a GPU whose compute does not slow under overlap
     gpu = SimpleNamespace(comm_overlap_slowdown=0.0)
     ctx = SimpleNamespace(grad_bytes=4, weight_bytes=4, gpu_kind_is_cpu=False, workload=workload, gpu=gpu, memory_bandwidth_Bps=1e12,
