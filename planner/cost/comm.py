@@ -34,6 +34,7 @@ from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
 from planner.cost.runtime import grad_reduce_bytes, runtime_costs
 from planner.layout.schedules import ScheduleCode
+from planner.numeric import first_match
 
 _PROBE_BYTES = 1e9
 _FIELD_BITS = 21  # group size, stride and world are packed into one int64 key, 21 bits each
@@ -360,7 +361,7 @@ def dp_time_s(
     z3_piped = hidden(ag, window_fwd_s) + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)
     z2 = np.where(piped, z1, z2)
     z3 = np.where(piped, np.where(chunk_unit, z1, z3_piped), z3)
-    gathers = np.select([zero == 0, zero <= 2, piped & chunk_unit, piped], [0.0, np.where(piped, 1.0, gathers12), 1.0,
+    gathers = first_match([zero == 0, zero <= 2, piped & chunk_unit, piped], [0.0, np.where(piped, 1.0, gathers12), 1.0,
                                                                           1.0 + mf], 2.0 * mf)
     copies = fixed_costs.fsdp_copy_s(ctx, params, gathers)
-    return np.select([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3) + copies
+    return first_match([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3) + copies

@@ -34,6 +34,7 @@ from planner.cost import elementwise, fixed_costs, moe_dispatch, overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
 from planner.cost.runtime import UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM, runtime_costs
+from planner.numeric import first_match
 
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
 
@@ -185,4 +186,4 @@ def embedding_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np
 
 def recompute_time_s(recompute: np.ndarray, fwd_s: np.ndarray, attn_s: np.ndarray) -> np.ndarray:
     """Extra forward seconds per layer and micro-batch for each recompute policy (0 none, 1 selective, 2 full)."""
-    return np.select([recompute == 2, recompute == 1], [fwd_s, attn_s], 0.0)
+    return first_match([recompute == 2, recompute == 1], [fwd_s, attn_s], 0.0)

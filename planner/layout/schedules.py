@@ -211,12 +211,14 @@ def by_code(codes: np.ndarray, per_schedule: Callable[[PipelineSchedule], Array]
     """Per row, `per_schedule(s)` of the row's schedule code (a vectorised dispatch over the registry)."""
     import numpy as np  # here: the registry itself is read by the command line before numpy is loaded
 
+    from planner.numeric import first_match
+
     codes = np.asarray(codes)
     conds = [(codes == s.code, s) for s in BY_CODE]
     # Only the schedules some row has are evaluated: an all-false condition selects nothing (and the 0.0
     # default keeps the result float either way).
     used = [(c, s) for c, s in conds if c.any()] or conds
-    return np.select([c for c, _ in used], [per_schedule(s) for _, s in used], 0.0)
+    return first_match([c for c, _ in used], [per_schedule(s) for _, s in used], 0.0)
 
 
 def makespan(codes: np.ndarray, m: Array, v: Array, t_max: Array, t_sum: Array, g_max: Array, g_sum: Array,
