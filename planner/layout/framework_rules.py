@@ -159,8 +159,11 @@ def _ep_blocks(c: Columns) -> np.ndarray:
     """Per row: ep == 1, or its EP group is a block of the data axes in the row's axis order (expert_groups)."""
     ep, dp, shard, cp, order = (np.asarray(c[k]) for k in ("ep", "dp", "dp_shard", "cp", "order"))
     ok = np.ones(ep.shape, dtype=bool)
-    for code in np.unique(order).tolist():
-        sel = order == code
+    grouped = ep != 1  # rows with ep == 1 pass whatever their blocks are (below); a dense model has none to check
+    if not grouped.any():
+        return ok | (ep == 1)
+    for code in np.unique(order[grouped]).tolist():
+        sel = grouped & (order == code)
         # dp_replicate >= 1 even where dp_shard does not divide dp (dp_shard_divides_dp reports that row)
         sizes = {"dp_replicate": np.maximum(dp[sel] // shard[sel], 1), "dp_shard": shard[sel], "cp": cp[sel]}
         ok[sel] = ep_parts(ep[sel], sizes, data_axes_inner_first(MESH_ORDERS[code]))[1]
