@@ -33,8 +33,8 @@ from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
 from planner.cost.runtime import grad_reduce_bytes, runtime_costs
+from planner.layout.numeric import first_match
 from planner.layout.schedules import ScheduleCode
-from planner.numeric import first_match
 
 _PROBE_BYTES = 1e9
 _FIELD_BITS = 21  # group size, stride and world are packed into one int64 key, 21 bits each

@@ -34,7 +34,7 @@ from planner.cost import elementwise, fixed_costs, moe_dispatch, overhead
 from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
 from planner.cost.runtime import UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM, runtime_costs
-from planner.numeric import first_match
+from planner.layout.numeric import first_match
 
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
 

@@ -211,7 +211,7 @@ def by_code(codes: np.ndarray, per_schedule: Callable[[PipelineSchedule], Array]
     """Per row, `per_schedule(s)` of the row's schedule code (a vectorised dispatch over the registry)."""
     import numpy as np  # here: the registry itself is read by the command line before numpy is loaded
 
-    from planner.numeric import first_match
+    from planner.layout.numeric import first_match
 
     codes = np.asarray(codes)
     conds = [(codes == s.code, s) for s in BY_CODE]

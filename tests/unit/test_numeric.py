@@ -1,4 +1,4 @@
-"""`planner.numeric.first_match` gives exactly what `np.select` gives (values, dtype, shape), and the command
+"""`planner.layout.numeric.first_match` gives exactly what `np.select` gives (values, dtype, shape), and the command
 line pauses the cyclic collector only in its own process, then resumes it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from planner.numeric import first_match
+from planner.layout.numeric import first_match
 
 
 def _cases(n: int):
