@@ -116,6 +116,11 @@ def masked_max(x: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, x, -np.inf).max(axis=1)
 
 
+def memory_fit(total: np.ndarray, present: np.ndarray, capacity_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(fits, peak bytes) per row from the ranks' memory totals (`present`: the columns that are real ranks)."""
+    return np.all(~present | (total <= capacity_bytes), axis=1), masked_max(total, present)
+
+
 def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc: Any,
              split: StageSplit | None = None, per_rank_memory: bool = False) -> TableResult:
     """Step time, breakdown and peak memory of every row from its ranks' work (module docstring).
@@ -152,8 +157,7 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     step, shared = host_share.apply(ctx, table, step, mf, (w * work.compute_s).sum(axis=1), (w * work.params).sum(axis=1),
                                     mf * in_layer + p2p + dp_t)
     total = work.memory["total"]
-    peak = masked_max(total, present)
-    fits = np.all(~present | (total <= work.capacity_bytes), axis=1)
+    fits, peak = memory_fit(total, present, work.capacity_bytes)
     return TableResult(
         step_time_s=step,
         compute_s=mf * work.compute_s[rows, bn] + shared,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner.cost import comm, compute, memory, moe_dispatch, overhead
-from planner.cost.assemble import RankWork, TableResult, assemble, masked_max, rank_memory
+from planner.cost.assemble import RankWork, TableResult, assemble, memory_fit, rank_memory
 from planner.cost.context import CostContext
 from planner.cost.partition import balanced_split
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
@@ -202,10 +202,7 @@ def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.Ax
     lc = layer_costs(ctx, table, bw)
     _, n, first, last, rank, weight = _mean_layer_ranks(ctx, table, lc)
     params, mem = _memory(ctx, table, lc, n, first, last, rank)
-    present = weight > 0
-    total = mem["total"]
-    fits = np.all(~present | (total <= ctx.memory_capacity_bytes), axis=1)
-    peak = masked_max(total, present)
+    fits, peak = memory_fit(mem["total"], weight > 0, ctx.memory_capacity_bytes)
     if not fits.any():
         return fits, peak, None
     rows = np.nonzero(fits)[0]
@@ -218,8 +215,8 @@ def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.Ax
 
     lc_fit = LayerCosts(**{f.name: sub(getattr(lc, f.name)) for f in fields(LayerCosts)})
     table_fit = {k: v[rows] for k, v in table.items()}
-    work = _work_from(ctx, lc_fit, n[rows], first[rows] if first.shape[0] == count else first, last[rows],
-                      weight[rows], params[rows], {k: v[rows] for k, v in mem.items()})
+    work = _work_from(ctx, lc_fit, n[rows], first[rows], last[rows], weight[rows], params[rows],
+                      {k: v[rows] for k, v in mem.items()})
     return fits, peak, assemble(ctx, table_fit, work, lc_fit)
 
 
@@ -270,7 +267,8 @@ def _work_from(ctx: CostContext, lc: LayerCosts, n: np.ndarray, first: np.ndarra
 
 def _memory(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.ndarray, first: np.ndarray,
             last: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Parameters held and memory components of the ranks' columns (`_work`; `memory_fit` needs only these)."""
+    """Parameters held and memory components of the ranks' columns (`_work`; `evaluate_fitting` needs only
+    these to tell which rows fit)."""
     c = _col
     tp, ep = table["tp"], table["ep"]
     sp = table["sp"].astype(bool)

@@ -48,7 +48,6 @@ import numpy as np
 
 from planner.cost.runtime import runtime_costs
 
-FP32_BYTES = 4
 ROUTER_BYTES_PER_LOGIT = 16.0  # fp32 softmax and top-k passes per logit, forward and backward alike (docstring)
 
 
