@@ -23,6 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from planner.layout import rules
+from planner.layout.framework_rules import MEGATRON_INTERLEAVED_TWO_STAGES
+from planner.layout.rule import Facts
+
 PARTITION_RULES: dict[str, str] = {
     "megatron-lm-2021": "even", "megatron-lm-2022": "even", "megatron-core-0.8": "even", "megatron-lm-2023": "even",
     "megascale-2023": "even", "megatron-core-2025-moe": "even", "megatron-core-2025-moe-folding": "even",
@@ -51,10 +57,23 @@ of the model must be divisible pipeline model parallel size", and the layers per
 stage); the first/last-stage layer options that relax it came later. Not DeepSpeed's pipeline engine (BLOOM ran
 70 layers on 12 stages) and not the 2025 Megatron-Core MoE stacks, which have those options."""
 
+MEGATRON_RELEASES: frozenset[str] = SPLIT_ASSERTED | {"megatron-lm-2023-zb", "megascale-2023", "megatron-core-2025-moe",
+                                                      "megatron-core-2025-moe-folding"}
+"""Releases built on Megatron-LM's pipeline schedules, which obey Megatron's rule on interleaving 2 stages
+(planner.layout.framework_rules.MEGATRON_INTERLEAVED_TWO_STAGES; each release's workload says whether it overlaps
+stage-boundary sends: the 2021-2023 ones could not)."""
 
-def framework_builds(framework: str, num_layers: int, pp: int, v: int) -> bool:
-    """Whether the framework can split `num_layers` layers over pp stages of v model chunks: a layout its asserted
-    rule cannot split is one the framework refuses, not one to re-cost with meshplan's own split."""
+
+def framework_builds(framework: str, num_layers: int, pp: int, v: int, sched: int | None = None,
+                     workload: Any = None) -> bool:
+    """Whether the framework can split `num_layers` layers over pp stages of v model chunks (a layout its asserted
+    rule cannot split is one the framework refuses, not one to re-cost with meshplan's own split) and, given the
+    row's schedule code and the release's workload, whether a Megatron release builds that schedule on pp stages
+    (the rule set's Megatron rule, with the release's p2p overlap)."""
+    if framework in MEGATRON_RELEASES and sched is not None and workload is not None:
+        columns = {"pp": np.asarray([pp]), "sched": np.asarray([sched])}
+        if not rules.mask(columns, Facts.of(None, workload), rules=(MEGATRON_INTERLEAVED_TWO_STAGES,))[0]:
+            return False
     if framework not in SPLIT_ASSERTED or pp == 1:
         return True
     return rule_partition(PARTITION_RULES[framework], num_layers, pp, v) is not None

@@ -271,7 +271,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
         return with_framework_partition(plan, framework, model, cluster, work).prediction.step_time_s
 
     def builds(table_row: dict[str, int]) -> bool:
-        return framework_builds(framework, model.num_layers, table_row["pp"], table_row["v"])
+        return framework_builds(framework, model.num_layers, table_row["pp"], table_row["v"], table_row["sched"], work)
 
     # The published layout ran, so its unstated interleaving is not filtered: the one its framework built may lie
     # past the search's chunk limit (Megatron-Core 119B: 92 layers on 4 stages interleave only as 23 chunks).

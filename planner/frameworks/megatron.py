@@ -10,7 +10,7 @@ the attention core, core_attn, as Korthikanti et al. 2022; schedules: 1F1B and i
 --use-distributed-optimizer shards the optimizer over dp x cp; Megatron-FSDP for ZeRO-2/3; --cp-comm-type
 p2p, the default, is the ring attention the megatron runtime costs; --tp-comm-overlap "can happen only when
 sequence parallelism is enabled"; --overlap-p2p-communication is on unless --no-overlap-p2p-communication). The rules read from them (megatron.dp-outer-order,
-.hsdp-ep, .dtype, its schedules and mesh orders) are in `planner.layout.framework_rules`.
+.hsdp-ep, .dtype, .interleaved-two-stages, its schedules and mesh orders) are in `planner.layout.framework_rules`.
 """
 
 from __future__ import annotations

@@ -199,6 +199,21 @@ TORCHTITAN = frozenset({"torchtitan"})
 MEGATRON = frozenset({"megatron"})
 DEEPSPEED = frozenset({"deepspeed"})
 
+MEGATRON_INTERLEAVED_TWO_STAGES = Rule(
+    "megatron.interleaved-two-stages", ("sched", "pp"), ("overlap_pp_comm",),
+    lambda c, f: (c["pp"] != 2) | (c["sched"] != ScheduleCode.INTERLEAVED) | bool(f.overlap_pp_comm),
+    lambda r, f: "Megatron interleaves 2 pipeline stages only with --overlap-p2p-communication (\"pipeline-model-"
+    "parallel size should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per "
+    "communication batch\"); this plan blocks on stage-boundary sends", "use pp > 2, schedule 1f1b, or overlapped "
+    "stage-boundary sends", "megatron/training/arguments.py validate_args, core_v0.19.0 lines 966-975 (core_r0.8.0 "
+    "lines 254-263): with --no-overlap-p2p-communication interleaving asserts pp > 2. Releases before Megatron-LM "
+    "3ee489d9 (2024-05-31, \"Enable virtual pipelining and P2P communication overlap at PP=2\") assert pp > 2 "
+    "whenever interleaving (megatron/arguments.py of aed2f75e 2021-04, 83b1e42f 2022-02, 285068c8 2023-01; "
+    "core/parallel_state.py raises it too from e7e99721, 2022-09); they had no p2p overlap, which "
+    "Workload.overlap_pp_comm=False describes", MEGATRON)
+"""Megatron's one condition on interleaving with 2 stages (in the rule set for --framework megatron; the published-run
+benchmark applies it to the historical Megatron releases, whose workloads say whether they overlap p2p sends)."""
+
 FRAMEWORK_RULES: tuple[Rule, ...] = (
     *(rule for name, f in FEATURES.items() for rule in _feature_rules(name, f)),
     # Every framework meshplan plans for gives each model chunk at least one decoder layer; the generic rule
@@ -252,6 +267,7 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
     # Megatron-LM core_v0.19 (planner/frameworks/megatron.py).
     _dtype_rule("megatron", ("fp8",), "dtype {dtype}: Megatron trains fp8 only through Transformer Engine recipes "
                 "the export does not set; plan bf16", "plan with --dtype bf16", "the precisions the export sets up"),
+    MEGATRON_INTERLEAVED_TWO_STAGES,
     Rule("megatron.dp-outer-order", ("order", "pp", "dp", "cp", "ep"), (),
          lambda c, f: ~(dp_outer(c) & (c["cp"] != c["ep"])),
          lambda r, f: "Megatron builds the DP-outer order (--use-tp-pp-dp-mapping) with pp > 1 only when the expert "
@@ -276,4 +292,4 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
 )
 """Every framework's rules (each names its framework)."""
 
-__all__ = ["FEATURES", "FRAMEWORK_RULES", "Features", "dp_outer", "order_allowed", "runs_schedules"]
+__all__ = ["FEATURES", "FRAMEWORK_RULES", "MEGATRON_INTERLEAVED_TWO_STAGES", "Features", "dp_outer", "order_allowed", "runs_schedules"]

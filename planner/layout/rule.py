@@ -58,6 +58,7 @@ class Facts:
     global_batch: int | None = None
     dtype: str | None = None  # Workload.dtype
     runtime: str | None = None  # Workload.runtime
+    overlap_pp_comm: bool | None = None  # Workload.overlap_pp_comm
     num_gpus: int | None = None
 
     @classmethod
@@ -73,7 +74,8 @@ class Facts:
                        model_name=getattr(model, "name", None) or "the model")
         if workload is not None:
             out.update(seq_len=workload.seq_len, global_batch=workload.batch, dtype=workload.dtype,
-                       runtime=getattr(workload, "runtime", None))
+                       runtime=getattr(workload, "runtime", None),
+                       overlap_pp_comm=getattr(workload, "overlap_pp_comm", None))
         return cls(**out)
 
 

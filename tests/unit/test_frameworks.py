@@ -101,6 +101,23 @@ def test_megatron_builds_dp_outer_when_cp_equals_ep() -> None:
     assert framework("megatron").breaches(ok, MIXTRAL, WORKLOAD) == []
 
 
+def test_megatron_interleaves_two_stages_only_with_p2p_overlap() -> None:
+    """arguments.py (core_v0.19.0, core_r0.8.0): interleaving with --no-overlap-p2p-communication asserts pp > 2;
+    Megatron-LM before 2024-05 asserted pp > 2 whenever interleaving (it had no p2p overlap)."""
+    two = Layout(dp=8, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=2, zero=1, dp_shard=8)
+    blocking = Workload(global_batch=64, seq_len=4096, overlap_pp_comm=False)
+    megatron = framework("megatron")
+    assert "megatron.interleaved-two-stages" in [r.name for r, _ in megatron.breaches(two, LLAMA, blocking)]
+    assert megatron.breaches(two, LLAMA, WORKLOAD) == []  # --overlap-p2p-communication (the default) builds it
+    four = two.model_copy(update={"pp": 4, "dp": 4, "dp_shard": 4, "num_microbatches": 16})
+    assert megatron.breaches(four, LLAMA, blocking) == []
+    assert framework("meshplan").breaches(two, LLAMA, blocking) == []  # Megatron's rule, not meshplan run's
+    plans = planner.search(LLAMA, CLUSTER, blocking, top=20, framework="megatron", pp=2)
+    assert plans and all(p.layout.schedule != "interleaved" for p in plans)
+    overlapped = planner.search(LLAMA, CLUSTER, WORKLOAD, top=20, framework="megatron", pp=2, schedule="interleaved")
+    assert overlapped and all(p.layout.schedule == "interleaved" for p in overlapped)
+
+
 def test_a_pinned_value_the_framework_lacks_is_refused_with_its_reason() -> None:
     with pytest.raises(UserError, match="TorchTitan has no ZeRO-1"):
         planner.search(LLAMA, CLUSTER, WORKLOAD, framework="torchtitan", zero=1)

@@ -21,7 +21,11 @@ import published_runs  # noqa: E402
 import validation  # noqa: E402
 from published_cases import build_cluster, build_model, load_runs, source_key  # noqa: E402
 from published_partitions import framework_builds  # noqa: E402
+from published_runs import FRAMEWORKS  # noqa: E402
 from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
+
+from planner.layout import Workload  # noqa: E402
+from planner.layout.schedules import ScheduleCode  # noqa: E402
 
 CASES = {
     # case id: ((lowest, highest) allowed error in %, worst allowed rank of the published layout)
@@ -211,6 +215,21 @@ def test_unexplained_gain_is_the_claim_beyond_the_measured_speed_up() -> None:
     assert published_runs.unexplained_gain_pct(case, 8.0, 1.39, 1.42, never) == 8.0  # under the bar: nothing to explain
     plain = _case("megatron_core_2024_h100_70B")  # no reason: the whole claim stays unexplained
     assert published_runs.unexplained_gain_pct(plain, 30.0, 2.1, 2.2, never) == 30.0
+
+
+def test_megatron_releases_interleave_two_stages_only_with_p2p_overlap() -> None:
+    """The rule set's Megatron rule on interleaving 2 stages reaches the historical releases through their workloads:
+    the 2021-2023 ones block on stage-boundary sends (and asserted pp > 2), Megatron-Core r0.8 overlaps them."""
+    blocking = Workload(global_batch=512, seq_len=2048, overlap_pp_comm=False)
+    overlapped = Workload(global_batch=512, seq_len=2048)
+    assert not framework_builds("megatron-lm-2021", 40, 2, 4, ScheduleCode.INTERLEAVED, blocking)
+    assert framework_builds("megatron-lm-2021", 40, 2, 1, ScheduleCode.ONE_F_ONE_B, blocking)
+    assert framework_builds("megatron-lm-2021", 40, 4, 2, ScheduleCode.INTERLEAVED, blocking)
+    assert not framework_builds("megascale-2023", 96, 2, 8, ScheduleCode.INTERLEAVED, blocking)
+    assert framework_builds("megatron-core-0.8", 48, 2, 8, ScheduleCode.INTERLEAVED, overlapped)
+    assert framework_builds("torchtitan-2024", 40, 2, 4, ScheduleCode.INTERLEAVED, blocking)  # not a Megatron rule
+    for name in ("megatron-lm-2021", "megatron-lm-2022", "megatron-lm-2023", "megatron-lm-2023-zb", "megascale-2023"):
+        assert FRAMEWORKS[name]["workload"]["overlap_pp_comm"] is False, name  # no --overlap-p2p-communication then
 
 
 def test_the_pick_is_a_layer_split_the_framework_builds() -> None:
