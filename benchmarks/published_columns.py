@@ -49,17 +49,23 @@ def layout_label(table: dict[str, np.ndarray], i: int = 0) -> str:
 
 
 def unstated_spread(model, cluster, workload: Workload, pins: dict[str, Any],
-                    recost: Callable[[dict[str, int]], float] | None = None) -> tuple[float, float, int]:
+                    recost: Callable[[dict[str, int]], float] | None = None,
+                    builds: Callable[[dict[str, int]], bool] | None = None) -> tuple[float, float, int]:
     """(fastest, slowest, count) of the predictions over the micro-batch x interleaving settings the pins leave
     open, each setting at its best other knobs: how much the unstated knobs alone move the prediction. `recost`
-    re-prices each setting's best row (the published framework's layer split, published_partitions.py)."""
+    re-prices each setting's best row (the published framework's layer split, published_partitions.py); `builds`
+    keeps only the rows the published framework can build (a setting it refuses is not one the run could have used;
+    when none builds, every setting counts, as the run did build one)."""
     _, res = search_result(model, cluster, workload, top=1, keep_all=True, framework="any", **pins)
     rows = res.all_feasible
     if not rows or len(rows["step_time_ms"]) == 0:
         return float("nan"), float("nan"), 0
+    built = [builds({k: int(rows[k][i]) for k in COLUMNS}) if builds else True for i in range(len(rows["step_time_ms"]))]
+    if not any(built):
+        built = [True] * len(built)
     best: dict[tuple[int, int], tuple[float, int]] = {}
     for i, (mb, v, t) in enumerate(zip(rows["mb"].tolist(), rows["v"].tolist(), rows["step_time_ms"].tolist())):
-        if t / 1e3 < best.get((mb, v), (np.inf, -1))[0]:
+        if built[i] and t / 1e3 < best.get((mb, v), (np.inf, -1))[0]:
             best[(mb, v)] = (t / 1e3, i)
     times = [recost({k: int(rows[k][i]) for k in COLUMNS}) if recost else t for t, i in best.values()]
     return min(times), max(times), len(times)

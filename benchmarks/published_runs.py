@@ -59,6 +59,8 @@ from planner.api import (
     search_result,
 )
 from planner.layout import Workload
+from planner.layout.schedules import ScheduleCode
+from planner.solver.space import SearchLimits
 
 # Stage-boundary sends: Megatron-LM's --overlap-p2p-communication was an opt-in store_true flag in 2023 (its
 # arguments.py then; the 2023 frameworks below block on P2P) and on by default in Megatron-Core 2024-2025.
@@ -210,6 +212,23 @@ def _stated(case: PublishedRun) -> dict[str, Any]:
     return stated
 
 
+def _chunk_limit(case: PublishedRun, model: Any, work: Workload, pins: dict[str, Any]) -> dict[str, int]:
+    """{"max_virtual_stages": v} when the published layout's framework builds interleaving on its stages only at
+    v chunks or more, past the search's limit (SearchLimits.max_virtual_stages), with v the smallest it builds;
+    else nothing. The published layout's unstated interleaving then ranges over what its framework could run."""
+    pp, limit = int(pins["pp"]), SearchLimits().max_virtual_stages
+    schedule, stated_v = pins.get("schedule"), pins.get("virtual_stages")
+    interleaves = "interleaved" in (schedule if isinstance(schedule, tuple) else (schedule,)) or schedule is None
+    if pp == 1 or stated_v or not interleaves:
+        return {}
+    def built(v: int) -> bool:
+        return framework_builds(framework_name(case), model.num_layers, pp, v, ScheduleCode.INTERLEAVED, work)
+    if any(built(v) for v in range(2, limit + 1)):
+        return {}
+    beyond = [v for v in range(limit + 1, model.num_layers // pp + 1) if built(v)]
+    return {"max_virtual_stages": beyond[0]} if beyond else {}
+
+
 def _pins(case: PublishedRun) -> dict[str, Any]:
     """The published layout inside its framework: the stated knobs plus the published TP, PP, DP, CP, EP."""
     par = case.parallelism
@@ -273,9 +292,10 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     def builds(table_row: dict[str, int]) -> bool:
         return framework_builds(framework, model.num_layers, table_row["pp"], table_row["v"], table_row["sched"], work)
 
-    # The published layout ran, so its unstated interleaving is not filtered: the one its framework built may lie
-    # past the search's chunk limit (Megatron-Core 119B: 92 layers on 4 stages interleave only as 23 chunks).
-    lo, hi, _ = unstated_spread(model, cluster, work, pins, recost)
+    # The published layout at the unstated settings its framework builds. Where its framework's split allows
+    # interleaving only past the search's chunk limit (Megatron-Core 119B: 92 layers on 4 stages interleave only
+    # as 23 chunks of one layer), the smallest such degree is searched too, so the run's interleaving option stays.
+    lo, hi, _ = unstated_spread(model, cluster, work, {**pins, **_chunk_limit(case, model, work, pins)}, recost, builds)
     pred = lo
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
     def best_s(**features: Any) -> tuple[Any, Any]:
