@@ -232,6 +232,17 @@ def test_megatron_releases_interleave_two_stages_only_with_p2p_overlap() -> None
         assert FRAMEWORKS[name]["workload"]["overlap_pp_comm"] is False, name  # no --overlap-p2p-communication then
 
 
+def test_the_published_interleaving_is_searched_where_its_framework_builds_it() -> None:
+    """Megatron-Core 119B (92 layers, pp 4) interleaves only as 23 chunks of one layer: that degree is searched for
+    the published layout; 70B (84 layers, pp 2) builds v = 2..7 inside the search's limit, so nothing is added."""
+    by_id = {c.id: c for c in load_runs().cases}
+    for case_id, expected in (("megatron_core_2024_h100_119B", {"max_virtual_stages": 23}),
+                              ("megatron_core_2024_h100_70B", {})):
+        case = by_id[case_id]
+        model = build_model(case)
+        assert published_runs._chunk_limit(case, model, published_runs.workload(case), published_runs._pins(case)) == expected
+
+
 def test_the_pick_is_a_layer_split_the_framework_builds() -> None:
     """Megatron asserts layers % pp == 0 and (layers / pp) % layers-per-virtual-stage == 0: 84 layers (the
     Megatron-Core 2024 70B) build on 6 stages of 7 chunks, not on 8 stages; frameworks without a rule build any."""
