@@ -32,7 +32,7 @@ import numpy as np
 from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
 from planner.cost.measured_comm import MeasuredComm
-from planner.cost.runtime import grad_reduce_bytes, runtime_costs
+from planner.cost.runtime import grad_reduce_bytes, p2p_sync_s, runtime_costs
 from planner.layout.numeric import first_match
 from planner.layout.schedules import ScheduleCode
 
@@ -249,10 +249,11 @@ def etp_layer_s(ctx: CostContext, ar, tokens: np.ndarray, tp: np.ndarray, sp: np
 
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
     """One stage-boundary transfer of one micro-batch's activations: 1/tp of them per TP rank when they are
-    sequence-sharded (SP) or the runtime scatters them (`RuntimeCosts.p2p_scatter_gather`), else all of them."""
+    sequence-sharded (SP) or the runtime scatters them (`RuntimeCosts.p2p_scatter_gather`), else all of them; plus
+    the measured pipeline machinery per transfer and the runtime's host synchronisation (`runtime.p2p_sync_s`)."""
     split = sp | (tp > 1) if runtime_costs(ctx.workload).p2p_scatter_gather else sp
     msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(split, tp, 1)
-    return affine(p2p, msg) + overhead.pp_transfer_s(ctx)
+    return affine(p2p, msg) + overhead.pp_transfer_s(ctx) + p2p_sync_s(ctx)
 
 
 def pp_exposed_s(ctx: CostContext, transfer_s: np.ndarray, m: np.ndarray, v: np.ndarray, pp: np.ndarray,

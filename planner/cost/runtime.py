@@ -42,6 +42,21 @@ FP32_BYTES = 4
 # --accumulate-allreduce-grads-in-fp32 or bf16, not set by the fp16 runs of that year).
 UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM = 6.0
 
+# GPU time one blocking stage-boundary exchange of Megatron-LM's pipeline schedules costs beyond its bytes and
+# latency (the `affine` p2p term). Every exchange (`p2p_communication._communicate`) waits on its batch_isend_irecv
+# requests and then calls torch.cuda.synchronize() unconditionally ("To protect against race condition when using
+# batch_isend_irecv()": Megatron-LM aed2f75e (2021-04) megatron/p2p_communication.py line 112, 285068c8 (2023-01)
+# line 231; Megatron-Core keeps it behind `batch_p2p_sync` whenever `batch_p2p_comm`, i.e. without
+# --overlap-p2p-communication): the GPU queue drains, the host must launch the next chunk's kernels onto an idle
+# GPU, and neighbouring stages advance in lock-step. SIZED from a published ablation, not fitted to the validation
+# rows: MegaScale (Jiang et al. 2024) Table 3, 175B on 256 A100 at batch 256, tp8 pp8 dp4, interleaved v = 6
+# (Sec. 6.1): "+ PP overlap" lifts MFU 55.5 -> 58.0 %, saving 4.31 % of a 12.73 s step (Table 2's FLOPs per
+# sequence: 53.0 % MFU at 40.0 s for batch 768) = 0.549 s; this cost model credits the same switch with 0.172 s
+# (bandwidth and latency of the transfers it then hides), and the other 0.377 s over the step's 2 (m v + p - 1) =
+# 782 transfers (micro-batch 1, m = 64: Megatron's GPT-3 175B example script; MegaScale does not state it, and
+# micro-batch 2 would give 0.96 ms) is 0.48 ms each. benchmarks/derive_p2p_sync.py reproduces the arithmetic.
+BLOCKING_P2P_SYNC_S = 0.48e-3
+
 # Share of the TP collectives that TP-communication overlap hides (comm.tp_exposed_s), FITTED to published
 # measurements outside the validation set: TorchTitan's async-TP benchmark (docs/async_tp.md, PyTorch team, June
 # 2025, Grand Teton H100): Llama 3 70B on 256 GPUs (FSDP 32 x TP 8, compile, full AC, local batch 16) 1.09x and
@@ -101,6 +116,10 @@ class RuntimeCosts:
     every TP rank holds the whole replicated activation and sends all of it (torch.distributed.pipelining passes
     each stage's local output: executor/pipeline.py, TorchTitan). With sequence parallelism the activation is
     sequence-sharded and every runtime sends 1/tp."""
+    p2p_host_sync: bool
+    """Each blocking stage-boundary exchange ends in torch.cuda.synchronize() (Megatron's `_communicate`) unless the
+    workload overlaps the exchanges (`Workload.overlap_pp_comm`): `BLOCKING_P2P_SYNC_S` per transfer; False where
+    the sends only order streams (torch.distributed.pipelining waits on NCCL work objects, which blocks no host)."""
     ep_dispatch_sequence_shard: bool
     """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
     through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
@@ -143,7 +162,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
-        p2p_scatter_gather=False,
+        p2p_scatter_gather=False, p2p_host_sync=False,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -154,7 +173,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
-        ep_dispatch_sequence_shard=False, p2p_scatter_gather=False,
+        ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -172,7 +191,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # EP group of the local (sequence-parallel) tokens, then gather_from_sequence_parallel_region over the
         # expert-TP group; the combine reduce-scatters over TP before the reverse all_to_all. MoELayer refuses
         # TP > 1 without sequence parallelism in training (moe_layer.py).
-        ep_dispatch_sequence_shard=True, p2p_scatter_gather=True,
+        ep_dispatch_sequence_shard=True, p2p_scatter_gather=True, p2p_host_sync=True,
     ),
 }
 
@@ -199,3 +218,11 @@ def grad_reduce_bytes(ctx) -> int:
     if ctx.workload.dtype == "fp16" and ctx.workload.runtime == "megatron":
         return ctx.grad_bytes
     return FP32_BYTES
+
+
+def p2p_sync_s(ctx) -> float:
+    """GPU seconds one stage-boundary transfer loses to the runtime's host synchronisation (`BLOCKING_P2P_SYNC_S`
+    where `RuntimeCosts.p2p_host_sync` and the workload does not overlap the exchanges; else 0)."""
+    if ctx.gpu_kind_is_cpu or not runtime_costs(ctx.workload).p2p_host_sync:
+        return 0.0
+    return 0.0 if getattr(ctx.workload, "overlap_pp_comm", True) else BLOCKING_P2P_SYNC_S
