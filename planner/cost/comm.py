@@ -249,11 +249,10 @@ def etp_layer_s(ctx: CostContext, ar, tokens: np.ndarray, tp: np.ndarray, sp: np
 
 def pp_p2p_s(ctx: CostContext, p2p, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
     """One stage-boundary transfer of one micro-batch's activations: 1/tp of them per TP rank when they are
-    sequence-sharded (SP) or the runtime scatters them (`RuntimeCosts.p2p_scatter_gather`), else all of them; plus
-    the measured pipeline machinery per transfer and the runtime's host synchronisation (`runtime.p2p_sync_s`)."""
+    sequence-sharded (SP) or the runtime scatters them (`RuntimeCosts.p2p_scatter_gather`), else all of them."""
     split = sp | (tp > 1) if runtime_costs(ctx.workload).p2p_scatter_gather else sp
     msg = tokens * ctx.model.hidden_size * ctx.act_bytes / np.where(split, tp, 1)
-    return affine(p2p, msg) + overhead.pp_transfer_s(ctx) + p2p_sync_s(ctx)
+    return affine(p2p, msg) + overhead.pp_transfer_s(ctx)
 
 
 def pp_exposed_s(ctx: CostContext, transfer_s: np.ndarray, m: np.ndarray, v: np.ndarray, pp: np.ndarray,
@@ -267,16 +266,30 @@ def pp_exposed_s(ctx: CostContext, transfer_s: np.ndarray, m: np.ndarray, v: np.
     since 2024 (`--no-overlap-p2p-communication` turns it off); `Workload.overlap_pp_comm` says which): there the 2 m v steady-state transfers show only
     beyond one chunk's forward time `chunk_fwd_s` (plus the interference of the hidden part), the 2 (p - 1) fill
     and drain transfers stay exposed.
+    Where the runtime synchronizes the host after every blocking exchange (`runtime.p2p_sync_s`), each exchange call
+    adds that cost once (`blocking_exchange_calls`).
     """
     mf = np.asarray(m, dtype=float)
     vf = np.asarray(v, dtype=float)
-    blocking = 2 * (mf * vf + pp - 1) * transfer_s
+    blocking = 2 * (mf * vf + pp - 1) * transfer_s + p2p_sync_s(ctx) * blocking_exchange_calls(mf, vf, pp, sched)
     overlaps = runtime_costs(ctx.workload).interleaved_p2p_overlapped and getattr(ctx.workload, "overlap_pp_comm", True)
     if not overlaps or ctx.gpu_kind_is_cpu:
         return np.where(pp > 1, blocking, 0.0)
     steady = interference.exposed_s(transfer_s, chunk_fwd_s, 0.0, interference.slowdown(ctx))
     overlapped = 2 * (pp - 1) * transfer_s + 2 * mf * vf * steady
     return np.where(pp > 1, np.where(np.asarray(sched) == ScheduleCode.INTERLEAVED, overlapped, blocking), 0.0)
+
+
+def blocking_exchange_calls(m: np.ndarray, v: np.ndarray, pp: np.ndarray, sched: np.ndarray) -> np.ndarray:
+    """Blocking exchange calls per step on the first pipeline rank of Megatron's schedules (megatron/schedules.py at
+    285068c8), each one `_communicate` ending in a synchronize: 1F1B sends and receives through two calls per
+    micro-batch (send_forward_recv_backward, send_backward_recv_forward, and the warm-up / cool-down singles):
+    2 (m + p - 1); the interleaved schedule pairs each steady forward with a backward in one
+    send_forward_backward_recv_forward_backward call, plus one call per warm-up and cool-down chunk
+    ((p - 1) * 2 + (v - 1) p warm-up chunks on rank 0): m v + 2 (p - 1) + (v - 1) p."""
+    m, v, pp = np.asarray(m, dtype=float), np.asarray(v, dtype=float), np.asarray(pp, dtype=float)
+    interleaved = m * v + 2 * (pp - 1) + (v - 1) * pp
+    return np.where(np.asarray(sched) == ScheduleCode.INTERLEAVED, interleaved, 2 * (m + pp - 1))
 
 
 def dp_time_s(

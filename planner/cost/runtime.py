@@ -42,20 +42,20 @@ FP32_BYTES = 4
 # --accumulate-allreduce-grads-in-fp32 or bf16, not set by the fp16 runs of that year).
 UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM = 6.0
 
-# GPU time one blocking stage-boundary exchange of Megatron-LM's pipeline schedules costs beyond its bytes and
-# latency (the `affine` p2p term). Every exchange (`p2p_communication._communicate`) waits on its batch_isend_irecv
-# requests and then calls torch.cuda.synchronize() unconditionally ("To protect against race condition when using
-# batch_isend_irecv()": Megatron-LM aed2f75e (2021-04) megatron/p2p_communication.py line 112, 285068c8 (2023-01)
-# line 231; Megatron-Core keeps it behind `batch_p2p_sync` whenever `batch_p2p_comm`, i.e. without
+# GPU time one blocking stage-boundary exchange call of Megatron-LM's pipeline schedules costs beyond the bytes and
+# latency of its transfers (the `affine` p2p term). Every call (`p2p_communication._communicate`) waits on its
+# batch_isend_irecv requests and then calls torch.cuda.synchronize() unconditionally ("To protect against race
+# condition when using batch_isend_irecv()": Megatron-LM aed2f75e (2021-04) megatron/p2p_communication.py line 112,
+# 285068c8 (2023-01) line 231; Megatron-Core keeps it behind `batch_p2p_sync` whenever `batch_p2p_comm`, i.e. without
 # --overlap-p2p-communication): the GPU queue drains, the host must launch the next chunk's kernels onto an idle
 # GPU, and neighbouring stages advance in lock-step. SIZED from a published ablation, not fitted to the validation
 # rows: MegaScale (Jiang et al. 2024) Table 3, 175B on 256 A100 at batch 256, tp8 pp8 dp4, interleaved v = 6
 # (Sec. 6.1): "+ PP overlap" lifts MFU 55.5 -> 58.0 %, saving 4.31 % of a 12.73 s step (Table 2's FLOPs per
 # sequence: 53.0 % MFU at 40.0 s for batch 768) = 0.549 s; this cost model credits the same switch with 0.172 s
-# (bandwidth and latency of the transfers it then hides), and the other 0.377 s over the step's 2 (m v + p - 1) =
-# 782 transfers (micro-batch 1, m = 64: Megatron's GPT-3 175B example script; MegaScale does not state it, and
-# micro-batch 2 would give 0.96 ms) is 0.48 ms each. benchmarks/derive_p2p_sync.py reproduces the arithmetic.
-BLOCKING_P2P_SYNC_S = 0.48e-3
+# (bandwidth and latency of the transfers it then hides), and the other 0.377 s over the step's 438 exchange calls
+# (comm.blocking_exchange_calls at micro-batch 1, m = 64: Megatron's GPT-3 175B example script; MegaScale does not
+# state it, and micro-batch 2 would give 1.55 ms) is 0.86 ms each. benchmarks/derive_p2p_sync.py reproduces it.
+BLOCKING_P2P_SYNC_S = 0.86e-3
 
 # Share of the TP collectives that TP-communication overlap hides (comm.tp_exposed_s), FITTED to published
 # measurements outside the validation set: TorchTitan's async-TP benchmark (docs/async_tp.md, PyTorch team, June
@@ -118,7 +118,7 @@ class RuntimeCosts:
     sequence-sharded and every runtime sends 1/tp."""
     p2p_host_sync: bool
     """Each blocking stage-boundary exchange ends in torch.cuda.synchronize() (Megatron's `_communicate`) unless the
-    workload overlaps the exchanges (`Workload.overlap_pp_comm`): `BLOCKING_P2P_SYNC_S` per transfer; False where
+    workload overlaps the exchanges (`Workload.overlap_pp_comm`): `BLOCKING_P2P_SYNC_S` per call; False where
     the sends only order streams (torch.distributed.pipelining waits on NCCL work objects, which blocks no host)."""
     ep_dispatch_sequence_shard: bool
     """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
@@ -221,7 +221,7 @@ def grad_reduce_bytes(ctx) -> int:
 
 
 def p2p_sync_s(ctx) -> float:
-    """GPU seconds one stage-boundary transfer loses to the runtime's host synchronisation (`BLOCKING_P2P_SYNC_S`
+    """GPU seconds one blocking exchange call loses to the runtime's host synchronisation (`BLOCKING_P2P_SYNC_S`
     where `RuntimeCosts.p2p_host_sync` and the workload does not overlap the exchanges; else 0)."""
     if ctx.gpu_kind_is_cpu or not runtime_costs(ctx.workload).p2p_host_sync:
         return 0.0

@@ -35,17 +35,18 @@ def test_only_megatron_blocking_exchanges_pay_the_sync() -> None:
     assert p2p_sync_s(ctx_for("pytorch", overlap_pp_comm=False)) == 0.0
 
 
-def test_a_blocking_1f1b_step_pays_it_per_transfer() -> None:
-    """By hand: free transfers (no latency, no bytes), 1F1B over pp 4 with m 8: 2 (8 + 3) = 22 exchanges x 0.48 ms."""
+def test_a_blocking_step_pays_it_once_per_exchange_call() -> None:
+    """By hand, with free transfers (no latency, no bytes) over pp 4 with m 8: 1F1B makes 2 (8 + 3) = 22 calls;
+    interleaved at v 2 makes 8 x 2 + 2 x 3 + 1 x 4 = 26 (one combined call per steady forward/backward pair)."""
     ctx = ctx_for("megatron", overlap_pp_comm=False)
-    tokens, tp, sp = np.array([1024]), np.array([1]), np.array([False])
-    transfer = comm.pp_p2p_s(ctx, (0.0, 0.0), tokens, tp, sp)
-    assert transfer[0] == pytest.approx(0.48e-3)
-    one_f1b = np.array([ScheduleCode.ONE_F_ONE_B])
-    exposed = comm.pp_exposed_s(ctx, transfer, np.array([8]), np.array([1]), np.array([4]), one_f1b, np.array([1.0]))
-    assert exposed[0] == pytest.approx(22 * 0.48e-3)
-    unsynced = ctx_for("megatron", overlap_pp_comm=True)
-    assert comm.pp_p2p_s(unsynced, (0.0, 0.0), tokens, tp, sp)[0] == 0.0
+    free = np.array([0.0])
+    m, v1, v2, pp, window = np.array([8]), np.array([1]), np.array([2]), np.array([4]), np.array([1.0])
+    one_f1b, inter = np.array([ScheduleCode.ONE_F_ONE_B]), np.array([ScheduleCode.INTERLEAVED])
+    assert comm.pp_exposed_s(ctx, free, m, v1, pp, one_f1b, window)[0] == pytest.approx(22 * 0.86e-3)
+    assert comm.pp_exposed_s(ctx, free, m, v2, pp, inter, window)[0] == pytest.approx(26 * 0.86e-3)
+    assert comm.pp_exposed_s(ctx, free, m, v2, np.array([1]), inter, window)[0] == 0.0  # no pipeline, no exchange
+    overlapped = ctx_for("megatron", overlap_pp_comm=True)
+    assert comm.pp_exposed_s(overlapped, free, m, v1, pp, one_f1b, window)[0] == 0.0
 
 
 def test_the_committed_value_is_the_megascale_ablation_derivation() -> None:
