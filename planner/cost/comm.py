@@ -286,10 +286,15 @@ def blocking_exchange_calls(m: np.ndarray, v: np.ndarray, pp: np.ndarray, sched:
     micro-batch (send_forward_recv_backward, send_backward_recv_forward, and the warm-up / cool-down singles):
     2 (m + p - 1); the interleaved schedule pairs each steady forward with a backward in one
     send_forward_backward_recv_forward_backward call, plus one call per warm-up and cool-down chunk
-    ((p - 1) * 2 + (v - 1) p warm-up chunks on rank 0): m v + 2 (p - 1) + (v - 1) p."""
+    ((p - 1) * 2 + (v - 1) p warm-up chunks on rank 0): m v + 2 (p - 1) + (v - 1) p. Zero-bubble schedules make
+    none: the one Megatron runtime that runs them (Qi et al.'s fork, sail-sg/zero-bubble-pipeline-parallelism at
+    82b2eb67, 2023-12, megatron/core/pipeline_parallel/zb_schedules.py) batches its sends in `fused_pipeline_ops` and
+    waits on the returned requests (`h.wait()`, a stream wait) without synchronizing the host."""
     m, v, pp = np.asarray(m, dtype=float), np.asarray(v, dtype=float), np.asarray(pp, dtype=float)
+    sched = np.asarray(sched)
     interleaved = m * v + 2 * (pp - 1) + (v - 1) * pp
-    return np.where(np.asarray(sched) == ScheduleCode.INTERLEAVED, interleaved, 2 * (m + pp - 1))
+    calls = np.where(sched == ScheduleCode.INTERLEAVED, interleaved, 2 * (m + pp - 1))
+    return np.where(sched == ScheduleCode.ZB_H1, 0.0, calls)
 
 
 def dp_time_s(

@@ -45,6 +45,9 @@ def test_a_blocking_step_pays_it_once_per_exchange_call() -> None:
     assert comm.pp_exposed_s(ctx, free, m, v1, pp, one_f1b, window)[0] == pytest.approx(22 * 0.86e-3)
     assert comm.pp_exposed_s(ctx, free, m, v2, pp, inter, window)[0] == pytest.approx(26 * 0.86e-3)
     assert comm.pp_exposed_s(ctx, free, m, v2, np.array([1]), inter, window)[0] == 0.0  # no pipeline, no exchange
+    zero_bubble = np.array([ScheduleCode.ZB_H1])  # Qi et al.'s scheduler waits on its requests, no host sync
+    assert comm.blocking_exchange_calls(m, v1, pp, zero_bubble)[0] == 0.0
+    assert comm.pp_exposed_s(ctx, free, m, v1, pp, zero_bubble, window)[0] == 0.0
     overlapped = ctx_for("megatron", overlap_pp_comm=True)
     assert comm.pp_exposed_s(overlapped, free, m, v1, pp, one_f1b, window)[0] == 0.0
 
