@@ -121,10 +121,8 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     },
     "megascale-2023": {
         # Jiang et al. 2024: Megatron-LM plus MegaScale's own optimizations, which are recorded as gaps per case.
-        # Its stage-boundary sends and receives are decoupled and overlapped with compute (Sec. 3.2, "+ PP overlap"
-        # in Table 3), so they do not block like the baseline's: overlap_pp_comm.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": True},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megatron-core-2025-moe": {
         # Liu et al. 2025 (MoE Parallel Folding) baselines: Megatron-Core with EP inside DP x CP, distributed
