@@ -19,9 +19,10 @@ from planner.cost.assemble import RankWork, TableResult, assemble, memory_fit, r
 from planner.cost.context import CostContext
 from planner.cost.partition import balanced_split
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
+from planner.layout.numeric import distinct_rows
 from planner.layout.table import MESH_ORDERS, RecomputeCode, axis_sizes, axis_strides
 
-__all__ = ["LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
+__all__ = ["LAYER_COLUMNS", "LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
 
 
 def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -191,33 +192,49 @@ def evaluate_table(
     return assemble(ctx, table, _work(ctx, table, lc, n, first, last, rank, weight), lc, split=split)
 
 
+LAYER_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "mb", "dp_shard", "rc", "sp", "order")
+"""The columns `layer_costs` and the mean-layer split read (`evaluate_fitting` hands them only these): rows equal
+in them, which differ only in micro-batch count, schedule, virtual stages or ZeRO stage, share both."""
+
+
 def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth
                      ) -> tuple[np.ndarray, np.ndarray, TableResult | None]:
     """(fits, peak bytes per GPU, result of the rows that fit): exactly what `evaluate_table(ctx, table, bw)`
     gives for those rows, with the step times assembled only for the rows that fit (the search's first pass:
     most rows of a large model are out of memory, and only a fitting row's time is ever read). The layer
-    costs, the split and the memory are computed once over every row (a rank's memory follows the split,
-    which follows the layers' times); every formula is per row, so a row's numbers do not depend on which
-    other rows are evaluated with it. The partial result carries no `split`."""
-    lc = layer_costs(ctx, table, bw)
-    _, n, first, last, rank, weight = _mean_layer_ranks(ctx, table, lc)
-    params, mem = _memory(ctx, table, lc, n, first, last, rank)
+    costs, the split and the memory parts they decide are computed once per distinct row of `LAYER_COLUMNS`
+    and indexed back to every row, the rest of the memory once over every row (a rank's memory follows the split, which follows the layers' times);
+    every formula is per row, so a row's numbers do not depend on which other rows are evaluated with it.
+    The partial result carries no `split`."""
+    distinct_at, inverse = distinct_rows(*(table[k] for k in LAYER_COLUMNS))
+    distinct = {k: table[k][distinct_at] for k in LAYER_COLUMNS}
+    lc_distinct = layer_costs(ctx, distinct, bw)
+    _, n, first, last, rank, weight = _mean_layer_ranks(ctx, distinct, lc_distinct)
+    layer_memory = tuple(x[inverse] for x in _layer_memory(ctx, distinct, lc_distinct, n, first, last))
+    lc = _layer_costs_of_rows(lc_distinct, inverse)
+    n, first, last, rank, weight = (x[inverse] for x in (n, first, last, rank, weight))
+    params, mem = _memory(ctx, table, lc, n, first, last, rank, layer_memory)
     fits, peak = memory_fit(mem["total"], weight > 0, ctx.memory_capacity_bytes)
     if not fits.any():
         return fits, peak, None
     rows = np.nonzero(fits)[0]
-    count = len(fits)
-
-    def sub(x):
-        if isinstance(x, tuple):
-            return tuple(sub(y) for y in x)
-        return x[rows] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == count else x
-
-    lc_fit = LayerCosts(**{f.name: sub(getattr(lc, f.name)) for f in fields(LayerCosts)})
+    lc_fit = _layer_costs_of_rows(lc, rows)
     table_fit = {k: v[rows] for k, v in table.items()}
     work = _work_from(ctx, lc_fit, n[rows], first[rows], last[rows], weight[rows], params[rows],
                       {k: v[rows] for k, v in mem.items()})
     return fits, peak, assemble(ctx, table_fit, work, lc_fit)
+
+
+def _layer_costs_of_rows(lc: LayerCosts, rows: np.ndarray) -> LayerCosts:
+    """`lc` at the row indices `rows` (per-row arrays and coefficient columns taken; per-model scalars kept)."""
+    count = len(lc.tokens)
+
+    def take(x):
+        if isinstance(x, tuple):
+            return tuple(take(y) for y in x)
+        return x[rows] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == count else x
+
+    return LayerCosts(**{f.name: take(getattr(lc, f.name)) for f in fields(LayerCosts)})
 
 
 def _mean_layer_ranks(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts):
@@ -266,9 +283,21 @@ def _work_from(ctx: CostContext, lc: LayerCosts, n: np.ndarray, first: np.ndarra
 
 
 def _memory(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.ndarray, first: np.ndarray,
-            last: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+            last: np.ndarray, rank: np.ndarray, layer_memory: tuple | None = None
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Parameters held and memory components of the ranks' columns (`_work`; `evaluate_fitting` needs only
-    these to tell which rows fit)."""
+    these to tell which rows fit). `layer_memory`: `_layer_memory`'s answer for these rows, when known."""
+    c = _col
+    params, act, expert_held, shard, layer_local = layer_memory or _layer_memory(ctx, table, lc, n, first, last)
+    buf = memory.fsdp_buffer_bytes(ctx, layer_local, table["zero"], table["pp"])
+    return params, rank_memory(ctx, table, params, n, rank, c(act), last, c(buf), expert_held, c(shard))
+
+
+def _layer_memory(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: np.ndarray, first: np.ndarray,
+                  last: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The memory inputs that only `LAYER_COLUMNS` (and the split) decide: (parameters held per rank column,
+    one layer's activation bytes per micro-batch, routed-expert parameters held per rank column, the ranks
+    those are ZeRO-sharded over, one layer's local parameters)."""
     c = _col
     tp, ep = table["tp"], table["ep"]
     sp = table["sp"].astype(bool)
@@ -276,6 +305,4 @@ def _memory(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts, n: n
     layer_local = lc.dense_params / tp + expert_local
     params = n * c(layer_local) + first * c(ctx.embedding_params / tp) + last * c(ctx.head_params / tp)
     act = memory.activation_bytes_per_layer(ctx, table["mb"], tp, table["cp"], sp, table["rc"])
-    buf = memory.fsdp_buffer_bytes(ctx, layer_local, table["zero"], table["pp"])
-    return params, rank_memory(ctx, table, params, n, rank, c(act), last, c(buf), n * c(expert_local),
-                               c(expert_shard(table)))
+    return params, act, n * c(expert_local), expert_shard(table), layer_local

@@ -54,6 +54,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
+from planner.layout.numeric import distinct_rows as _distinct_rows
 from planner.layout.schedules import SCHEDULES, by_code
 from planner.layout.table import SEARCHED_ORDERS, axis_strides
 from planner.solver.space import Pins, SearchLimits
@@ -105,20 +106,6 @@ def _tiling_groups_exact(bw: AxisBandwidth, kind: str, size: np.ndarray, stride:
         a, b = a.copy(), b.copy()
         a[tiles], b[tiles] = bw.columns(kind, size[tiles], stride[tiles], world[tiles])
     return a, b
-
-
-def _distinct_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each distinct row's first occurrence, each row's distinct-row number) of positive int columns."""
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    span = 1
-    for col in cols:
-        radix = int(col.max()) + 1 if len(col) else 1
-        if span * radix >= 2**62:  # too many combinations to pack into one int64: compare whole rows
-            _, first, inverse = np.unique(np.stack(cols), axis=1, return_index=True, return_inverse=True)
-            return first, inverse.reshape(-1)
-        key, span = key * radix + col, span * radix
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse
 
 
 def _cp_allgather_coeffs(bw: AxisBandwidth, tp: np.ndarray, cp: np.ndarray, world: np.ndarray, pins: Pins):
