@@ -141,15 +141,18 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     rows = np.arange(len(pp))
     bn = np.where(present, t, -np.inf).argmax(axis=1)  # the bottleneck rank: first column with the largest t_r
     zero_bubble = by_code(table["sched"], lambda s: s.splits_backward).astype(bool)
-    dp_all = np.stack([
-        comm.dp_time_s(ctx, work.params[:, r], zero, m, lc.rs_shard, lc.ag_shard, lc.ar_rep, shard,
-                       work.fwd_window_s[:, r], work.bwd_window_s[:, r], work.layers[:, r], pp, zero_bubble)
-        for r in range(t.shape[1])
-    ], axis=1)
+    # Every rank column at once: the per-row columns and coefficients broadcast as (rows, 1) against the ranks'
+    # (rows, ranks) arrays, element for element the same arithmetic as one call per rank column.
+    c = _col
+    dp_all = comm.dp_time_s(ctx, work.params, c(zero), c(m), tuple(map(c, lc.rs_shard)), tuple(map(c, lc.ag_shard)),
+                            tuple(map(c, lc.ar_rep)), c(shard), work.fwd_window_s, work.bwd_window_s, work.layers,
+                            c(pp), c(zero_bubble))
     dp_t = masked_max(dp_all, present)
-    ctxs = work.optimizer_contexts or [ctx] * t.shape[1]
-    opt_all = np.stack([fixed_costs.optimizer_step_s(c, work.params[:, r], zero, shard) for r, c in enumerate(ctxs)],
-                       axis=1)
+    if not work.optimizer_contexts:  # one GPU kind: every column at once
+        opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard))
+    else:
+        opt_all = np.stack([fixed_costs.optimizer_step_s(oc, work.params[:, r], zero, shard)
+                            for r, oc in enumerate(work.optimizer_contexts)], axis=1)
     opt = masked_max(opt_all, present)
     step = pipe + p2p + dp_t + opt
     in_layer = work.tp_s[rows, bn] + work.cp_s[rows, bn] + work.ep_s[rows, bn]
