@@ -100,7 +100,8 @@ class Rule:
     def applies(self, columns: Iterable[str], facts: Facts) -> bool:
         """Whether the rule can be evaluated on these columns and facts (which rules a framework selects:
         `planner.layout.rules.rules_for`)."""
-        return set(self.columns) <= set(columns) and all(getattr(facts, f) is not None for f in self.facts)
+        have = columns if isinstance(columns, (set, frozenset)) else set(columns)
+        return have.issuperset(self.columns) and all(getattr(facts, f) is not None for f in self.facts)
 
 
 __all__ = ["TRAITS", "Columns", "Facts", "Rule", "traits_of"]
