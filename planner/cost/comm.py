@@ -25,6 +25,7 @@ What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hi
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -35,6 +36,7 @@ from planner.cost.measured_comm import MeasuredComm
 from planner.cost.runtime import grad_reduce_bytes, p2p_sync_s, runtime_costs
 from planner.layout.numeric import first_match
 from planner.layout.schedules import ScheduleCode
+from planner.topology.ring_scaling import nodes_spanned, ring_bandwidth_factor
 
 _PROBE_BYTES = 1e9
 _FIELD_BITS = 21  # group size, stride and world are packed into one int64 key, 21 bits each
@@ -89,7 +91,9 @@ class AxisBandwidth:
         """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
 
         All-gather and reduce-scatter run the same ring as all-reduce (the same links and loads, NCCL ring
-        algorithm), so they reuse its bus bandwidth with their own byte factor and half the latency steps.
+        algorithm), so they reuse its bus bandwidth with their own byte factor and half the latency steps. A ring
+        that crosses more than a few nodes gets less than the topology's bus bandwidth
+        (`planner.topology.ring_scaling`, measured).
         """
         if mesh_shape[axis] == 1:
             return 0.0, 0.0, "none"
@@ -106,7 +110,12 @@ class AxisBandwidth:
                 est = self.topology.axis_collective(kind, mesh_shape, axis)
                 t0 = float(est.time_s(1e-30))
                 t1 = float(est.time_s(_PROBE_BYTES))
-                hit = (t0, (t1 - t0) / _PROBE_BYTES, str(getattr(est, "bottleneck", "")))
+                per_byte = (t1 - t0) / _PROBE_BYTES
+                per_node = getattr(self.topology, "gpus_per_node", None)
+                if kind == "all_reduce" and per_node:  # a ring over many nodes runs below its few-node bus bandwidth
+                    per_byte /= ring_bandwidth_factor(nodes_spanned(mesh_shape[axis], math.prod(mesh_shape[axis + 1:]),
+                                                                    int(per_node)))
+                hit = (t0, per_byte, str(getattr(est, "bottleneck", "")))
             self._cache[key] = hit
         return hit
 
