@@ -5,7 +5,8 @@ HBM bandwidth:
 
 - optimizer step, per step: (optimizer bytes + clipping bytes) per locally updated parameter (the ZeRO shard
   when zero >= 1) plus the runtime's per-step bytes over the rank's whole chunk (Megatron zeroes its gradient
-  buffer), at HBM bandwidth; a measured optimizer time (meshplan calibrate) bounds it from below;
+  buffer, and divides it by the DP size before reducing it), at HBM bandwidth; a measured optimizer time
+  (meshplan calibrate) bounds it from below;
 - FSDP copies: FSDP2 gathers into one flat buffer and copies each parameter out of it on the compute stream
   (`foreach_all_gather_copy_out`): read + write of the 16-bit weights, once per all-gather;
 - kernel launches: every element-wise kernel of a layer adds `runtime.KERNEL_LAUNCH_GAP_S` of GPU time per
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import overhead
-from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, runtime_costs
+from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, grad_reduce_bytes, runtime_costs
 
 # Element-wise kernels per op of an eager decoder layer (executor/model.py Block), (forward, backward):
 EAGER_KERNELS = {
@@ -57,7 +58,7 @@ def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.nda
         per_param, per_step = 24.0 + ctx.grad_bytes + ctx.weight_bytes, 0.0
     else:
         per_param = rc.optimizer_bytes_per_param + rc.clip_bytes_per_param
-        per_step = rc.step_bytes_per_unsharded_param
+        per_step = rc.step_bytes_per_unsharded_param + (2.0 * grad_reduce_bytes(ctx) if rc.scales_grad_buffer else 0.0)
     traffic = (local * per_param + params * per_step) / ctx.memory_bandwidth_Bps
     # An unfused optimizer (eager PyTorch AdamW on CPU) makes many passes: its measured time per parameter,
     # where calibrated (planner.cost.overhead), bounds the step from below.

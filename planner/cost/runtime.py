@@ -88,6 +88,9 @@ class RuntimeCosts:
     zeroes its contiguous gradient buffer; 0 where gradients are freed instead)."""
     clip_bytes_per_param: float
     """Gradient-norm clipping per local gradient: the norm reads it, the scaling reads and writes it."""
+    scales_grad_buffer: bool
+    """Before reducing, the runtime divides the whole chunk's gradient buffer by the DP size in a separate pass
+    (one read and one write of each gradient at its reduction precision, `grad_reduce_bytes`), once per step."""
     fsdp_copies: bool
     """FSDP2 copies every all-gathered parameter out of its flat buffer on the compute stream."""
     regather_after_backward: bool
@@ -159,7 +162,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
     "pytorch": RuntimeCosts(
         name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
         optimizer_bytes_per_param=_ADAM_FOREACH, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=0.0,
-        fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False,
@@ -170,7 +173,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # forward and 10 backward kernels per block (ESTIMATE from the op groups; not measured).
         fused_kernels_per_layer=(6, 10),
         optimizer_bytes_per_param=_ADAM_FUSED, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=_CLIP,
-        fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False,
@@ -183,6 +186,12 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         optimizer_bytes_per_param=_ADAM_FUSED + _MEGATRON_PARAM_COPY,
         # DistributedDataParallel.zero_grad_buffer memsets the fp32 gradient buffer of the whole chunk each step.
         step_bytes_per_unsharded_param=FP32_BYTES, clip_bytes_per_param=_CLIP,
+        # The gradient buffer is divided by the DP size before its reduction, in place, every step (also at dp 1):
+        # Megatron-LM aed2f75e (2021-04) and 285068c8 (2023-01) megatron/model/distributed.py allreduce_gradients
+        # `buffer_.data /= mpu.get_data_parallel_world_size()`; 285068c8 megatron/optimizer/distrib_optimizer.py
+        # reduce_model_grads `gbuf.data /= data_parallel_world_size`; Megatron-Core multiplies each bucket by its
+        # gradient_scaling_factor before the collective.
+        scales_grad_buffer=True,
         fsdp_copies=False, regather_after_backward=False, reduce_after_last_backward_under_pp=False,
         cp_overlapped=True, cp_attention_calls_per_rank="cp", zero_bubble_chunk_fsdp=False,
         interleaved_p2p_overlapped=True, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,

@@ -100,9 +100,12 @@ def test_optimizer_step_bytes_per_runtime() -> None:
     assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard)[0] == pytest.approx(local * 84 / BW)
     # fused AdamW 28 + clipping 12
     assert fixed_costs.optimizer_step_s(ctx_for("pytorch-compile"), params, zero, shard)[0] == pytest.approx(local * 40 / BW)
-    # Megatron: fused 28 + param copy 6 + clipping 12 per local parameter, + 4 B grad-buffer zeroing per unsharded one
+    # Megatron: fused 28 + param copy 6 + clipping 12 per local parameter, + per unsharded one 4 B grad-buffer
+    # zeroing and the division by the DP size (read + write of the buffer: fp32 with bf16, 16-bit with fp16)
     assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard)[0] == pytest.approx(
-        (local * 46 + 8e8 * 4) / BW)
+        (local * 46 + 8e8 * (4 + 8)) / BW)
+    assert fixed_costs.optimizer_step_s(ctx_for("megatron", dtype="fp16"), params, zero, shard)[0] == pytest.approx(
+        (local * 46 + 8e8 * (4 + 4)) / BW)
 
 
 def test_fsdp_copy_out() -> None:
