@@ -18,7 +18,8 @@ So the search, the plans and the schedule figure share every formula below:
                     runtime leaves them (`comm.pp_exposed_s`: Megatron's interleaved schedule overlaps the
                     steady-state ones with a chunk's forward);
   DP/FSDP           the exposed data-parallel time of the slowest rank (`comm.dp_time_s`, windows: its
-                    layers' forward and backward; zero-bubble schedules shard whole chunks);
+                    layers' forward and backward; zero-bubble schedules shard whole chunks), plus the tied
+                    word-embedding gradient all-reduce between the end stages (`comm.tied_embedding_allreduce_s`);
   optimizer         the slowest rank's AdamW step with clipping and the runtime's per-step passes
                     (`fixed_costs.optimizer_step_s`); step = pipeline + p2p + DP + optimizer, then at least
                     the host's CPU work over its cores for CPU processes (`host_share`);
@@ -147,7 +148,7 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     dp_all = comm.dp_time_s(ctx, work.params, c(zero), c(m), tuple(map(c, lc.rs_shard)), tuple(map(c, lc.ag_shard)),
                             tuple(map(c, lc.ar_rep)), c(shard), work.fwd_window_s, work.bwd_window_s, work.layers,
                             c(pp), c(zero_bubble))
-    dp_t = masked_max(dp_all, present)
+    dp_t = masked_max(dp_all, present) + comm.tied_embedding_allreduce_s(ctx, lc.pp_p2p, pp, table["tp"])
     if not work.optimizer_contexts:  # one GPU kind: every column at once
         opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard))
     else:

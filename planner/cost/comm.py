@@ -306,6 +306,20 @@ def blocking_exchange_calls(m: np.ndarray, v: np.ndarray, pp: np.ndarray, sched:
     return np.where(sched == ScheduleCode.ZB_H1, 0.0, calls)
 
 
+def tied_embedding_allreduce_s(ctx: CostContext, p2p, pp: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Seconds per step of the word-embedding gradient all-reduce between the first and the last pipeline stage
+    (`RuntimeCosts.tied_embedding_allreduce`, tied embeddings, pp > 1): a ring of two ranks moves the whole
+    V/tp x h gradient once each way (reduce-scatter + all-gather of halves), over the stages' p2p path, with two
+    steps of its latency; nothing overlaps it."""
+    pp = np.asarray(pp)
+    if not (runtime_costs(ctx.workload).tied_embedding_allreduce and getattr(ctx.model, "tied_embeddings", False)):
+        return np.zeros(pp.shape)
+    tp = np.asarray(tp, dtype=np.int64)
+    nbytes = -(-int(ctx.model.vocab_size) // tp) * float(ctx.model.hidden_size) * grad_reduce_bytes(ctx)
+    a, b = p2p
+    return np.where(pp > 1, 2.0 * a + b * nbytes, 0.0)
+
+
 def dp_time_s(
     ctx: CostContext,
     params: np.ndarray,

@@ -88,6 +88,9 @@ class RuntimeCosts:
     zeroes its contiguous gradient buffer; 0 where gradients are freed instead)."""
     clip_bytes_per_param: float
     """Gradient-norm clipping per local gradient: the norm reads it, the scaling reads and writes it."""
+    tied_embedding_allreduce: bool
+    """With pp > 1 and tied input/output embeddings, the first and last stages all-reduce the word-embedding
+    gradient (V/tp x h at the reduction precision) once per step, after the backward and not overlapped."""
     scales_grad_buffer: bool
     """Before reducing, the runtime divides the whole chunk's gradient buffer by the DP size in a separate pass
     (one read and one write of each gradient at its reduction precision, `grad_reduce_bytes`), once per step."""
@@ -162,7 +165,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
     "pytorch": RuntimeCosts(
         name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
         optimizer_bytes_per_param=_ADAM_FOREACH, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=0.0,
-        scales_grad_buffer=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False,
@@ -173,7 +176,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # forward and 10 backward kernels per block (ESTIMATE from the op groups; not measured).
         fused_kernels_per_layer=(6, 10),
         optimizer_bytes_per_param=_ADAM_FUSED, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=_CLIP,
-        scales_grad_buffer=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False,
@@ -192,6 +195,11 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # reduce_model_grads `gbuf.data /= data_parallel_world_size`; Megatron-Core multiplies each bucket by its
         # gradient_scaling_factor before the collective.
         scales_grad_buffer=True,
+        # Megatron-LM aed2f75e and 285068c8 megatron/optimizer/optimizer.py allreduce_word_embedding_grads (called
+        # from reduce_model_grads after the backward: torch.distributed.all_reduce of the word embedding's
+        # main_grad over the embedding group, the first and last pipeline stage); Megatron-Core
+        # finalize_model_grads._allreduce_word_embedding_grads, after the DP gradient sync.
+        tied_embedding_allreduce=True,
         fsdp_copies=False, regather_after_backward=False, reduce_after_last_backward_under_pp=False,
         cp_overlapped=True, cp_attention_calls_per_rank="cp", zero_bubble_chunk_fsdp=False,
         interleaved_p2p_overlapped=True, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,

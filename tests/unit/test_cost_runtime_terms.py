@@ -298,3 +298,25 @@ def test_bf16_optimizer_all_reduces_the_whole_gradient_under_zero1() -> None:
                               np.array([4]), rs_coeffs, ag_coeffs, rs_coeffs, np.array([8]), window, window, layers,
                               one)[0] for flag in (False, True)}
     assert t[True] - t[False] == pytest.approx(4 * 1e8 * 2 * per_byte, rel=1e-9)  # fp32 G over the all-gather's rate
+
+
+def test_tied_embedding_allreduce_between_end_stages() -> None:
+    """Megatron all-reduces the tied word-embedding gradient between the first and last stage once per step: a
+    two-rank ring sends the whole V/tp x h gradient (fp32 with bf16, 16-bit with fp16) over the p2p path plus
+    two latency steps; nothing without pipelining, untied embeddings or on the PyTorch runtimes."""
+    tied = MODEL.model_copy(update={"tied_embeddings": True})
+    work = Workload(global_batch=8, seq_len=4096, runtime="megatron")
+    ctx = make_context(tied, hardware_profiles.cluster("dgx-h100", gpus=8), work, framework="any")
+    a, b = np.array([5e-6, 5e-6, 5e-6]), np.array([1 / 25e9, 1 / 25e9, 1 / 25e9])
+    pp, tp = np.array([1, 4, 4]), np.array([2, 2, 3])
+    got = comm.tied_embedding_allreduce_s(ctx, (a, b), pp, tp)
+    # V/tp = 16000 rows (tp 2) and ceil(32000 / 3) = 10667 rows (tp 3, Megatron pads the vocabulary), h = 1024
+    assert got == pytest.approx([0.0, 1e-5 + 16000 * 1024 * 4 / 25e9, 1e-5 + 10667 * 1024 * 4 / 25e9], rel=1e-12)
+    fp16 = make_context(tied, hardware_profiles.cluster("dgx-h100", gpus=8), work.model_copy(update={"dtype": "fp16"}),
+                        framework="any")
+    assert comm.tied_embedding_allreduce_s(fp16, (a, b), pp, tp)[1] == pytest.approx(1e-5 + 16000 * 1024 * 2 / 25e9)
+    untied = make_context(MODEL, hardware_profiles.cluster("dgx-h100", gpus=8), work, framework="any")
+    assert not comm.tied_embedding_allreduce_s(untied, (a, b), pp, tp).any()
+    eager = make_context(tied, hardware_profiles.cluster("dgx-h100", gpus=8), work.model_copy(update={"runtime": "pytorch"}),
+                         framework="any")
+    assert not comm.tied_embedding_allreduce_s(eager, (a, b), pp, tp).any()
