@@ -13,7 +13,10 @@ bound, 0, which is why the layer model counts only the itemised element-wise pas
 
 With --measured (the JSON of benchmarks/measure_sustained_layer.py, run on a GPU) it instead fits the sustained
 fraction of that GPU's profile to the measured forward + backward time of the same layer shard (FlashAttention,
-no TP collectives): the value that goes into the profile's `sustained_fraction`.
+no TP collectives): the value that goes into the profile's `sustained_fraction`. The fit removes the GEMM and
+attention curves' own residual at that layer's shapes first (`curve_residual_ratios`, from the isolated kernel times
+measured beside it), so the fraction holds only what running inside a step costs, not how well the two-parameter
+curves happen to match that one layer (--kernels: the same GPU's measure_kernels.py JSON).
 """
 
 from __future__ import annotations
@@ -85,38 +88,82 @@ def _residuals(times: dict[str, tuple[float, float]]) -> np.ndarray:
     return np.array([times[k][i] - TABLE_4_MS[k][i] for k in TABLE_4_MS for i in (0, 1)])
 
 
-def shard_time_s(gpu_cluster: str, sustained: float) -> tuple[float, float]:
-    """(forward, backward) seconds of one TP-8 rank of the 22B layer with FlashAttention and no collectives,
-    the configuration benchmarks/measure_sustained_layer.py times."""
+def _shard_context(gpu_cluster: str, sustained: float):
     # measure_sustained_layer.py runs the shard in eager PyTorch: the pytorch runtime's op-by-op count.
     ctx = make_context(GPT_22B, hardware_profiles.cluster(gpu_cluster, gpus=8),
                        Workload(global_batch=4, seq_len=2048, flash_attention=True, runtime="pytorch"), dropout=False)
-    ctx.__dict__["sustained_fraction"] = sustained
-    one = np.array([1])
-    t = compute.layer_time_s(ctx, ctx.layer_types[0], np.array([8192]), np.array([8]), one, one, np.array([False]))
-    return float(t.fwd_s[0]), float(t.bwd_s[0])
+    ctx.__dict__["sustained_fraction"] = sustained  # the cached property, set before any time is computed
+    return ctx
 
 
-def fit_measured(path: str) -> None:
+def shard_parts_s(gpu_cluster: str, sustained: float) -> tuple[float, float, float, float]:
+    """(forward, backward, weight GEMMs forward + backward, attention forward + backward) seconds of one TP-8
+    rank of the 22B layer with FlashAttention and no collectives, the configuration
+    benchmarks/measure_sustained_layer.py times."""
+    ctx = _shard_context(gpu_cluster, sustained)
+    one, tokens, tp = np.array([1]), np.array([8192]), np.array([8])
+    lt = ctx.layer_types[0]
+    t = compute.layer_time_s(ctx, lt, tokens, tp, one, one, np.array([False]))
+    gemm = sum(float(efficiency.gemm_time_s(f * 8192 / (8 if split else 1), ctx.peak_flops, ctx.max_fraction,
+                                            ctx.half_flops)) for f, split in zip(lt.gemm_flops_per_token, lt.gemm_split_by_tp))
+    attention = (1 + compute.FLASH_BACKWARD_TO_FORWARD) * float(t.attn_fwd_s[0])
+    return float(t.fwd_s[0]), float(t.bwd_s[0]), (1 + compute.BACKWARD_TO_FORWARD) * gemm, attention
+
+
+def shard_time_s(gpu_cluster: str, sustained: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the layer shard (`shard_parts_s`)."""
+    return shard_parts_s(gpu_cluster, sustained)[:2]
+
+
+def curve_residual_ratios(gpu_cluster: str, measured: dict, kernels: dict) -> tuple[float, float]:
+    """(GEMM, attention) ratio of the layer's kernels timed alone to what the profile's fitted curves give at the
+    same shapes (at sustained fraction 1). The curves carry a shape scatter of several per cent
+    (fit_kernel_profile.py); a sustained fraction fitted without removing it at the measured layer's own shapes
+    would carry that layer's luck into every other shape. GEMMs: the isolated times the layer measurement took of
+    its own four GEMMs (backward assumed at the forward's ratio); attention: the kernel measurement's entry at the
+    layer's shape (batch 4, 8 heads, sequence 2048, head dim 96)."""
+    _, _, gemm, attention = shard_parts_s(gpu_cluster, 1.0)
+    iso = measured["isolated_gemm_s"]
+    gemm_ratio = (1 + compute.BACKWARD_TO_FORWARD) * sum(iso[k] for k in ("qkv", "proj", "fc1", "fc2")) / gemm
+    shape = (4, 8, 2048, 96)
+    entry = next(a for a in kernels["attention"] if (a["batch"], a["heads"], a["seq"], a["head_dim"]) == shape)
+    return gemm_ratio, entry["forward_backward_s"] / attention
+
+
+def fit_measured(path: str, kernels_path: str = "benchmarks/data/h200_kernels.json") -> tuple[float, float]:
+    """(plain, shape-corrected) sustained fraction of the measured layer; the second is the profile's value."""
     measured = json.loads(Path(path).read_text())
+    kernels = json.loads(Path(kernels_path).read_text())
     name = str(measured["device"]).lower()
     cluster = "hgx-h200" if "h200" in name else "dgx-h100" if "h100" in name else "dgx-a100"
     total = measured["sustained_forward_backward_s"]
-    fit = brentq(lambda g: sum(shard_time_s(cluster, g)) - total, 0.2, 1.0)
-    f, b = shard_time_s(cluster, fit)
+    plain = brentq(lambda g: sum(shard_time_s(cluster, g)) - total, 0.2, 1.0)
+    r_gemm, r_attn = curve_residual_ratios(cluster, measured, kernels)
+
+    def corrected_total(g: float) -> float:
+        f, b, gemm, attention = shard_parts_s(cluster, g)
+        return f + b + (r_gemm - 1) * gemm + (r_attn - 1) * attention
+
+    corrected = brentq(lambda g: corrected_total(g) - total, 0.2, 1.0)
+    f, b = shard_time_s(cluster, plain)
     print(f"{measured['device']}: measured forward {measured['sustained_forward_s'] * 1e3:.2f} ms, "
           f"forward+backward {total * 1e3:.2f} ms; GEMMs alone sustain {measured['gemm_sustained_over_isolated']:.3f} "
           "of their isolated bursts")
-    print(f"fitted sustained_fraction for the {cluster} GPU profile = {fit:.3f} (model at the fit: forward "
+    print(f"sustained fraction fitted on the curves as they are: {plain:.3f} (model at the fit: forward "
           f"{f * 1e3:.2f} ms, backward {b * 1e3:.2f} ms)")
+    print(f"the layer's kernels alone against the curves at its shapes: GEMMs x{r_gemm:.3f}, attention x{r_attn:.3f}")
+    print(f"fitted sustained_fraction for the {cluster} GPU profile, with that shape residual removed = {corrected:.3f}")
+    return plain, corrected
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measured", help="JSON written by benchmarks/measure_sustained_layer.py on a GPU")
+    ap.add_argument("--kernels", default="benchmarks/data/h200_kernels.json",
+                    help="JSON written by benchmarks/measure_kernels.py on the same GPU (its attention entries)")
     args = ap.parse_args()
     if args.measured:
-        fit_measured(args.measured)
+        fit_measured(args.measured, args.kernels)
         return
     one = least_squares(lambda x: _residuals(layer_times_ms(x[0])), [0.8], bounds=([0.3], [1.0]))
     two = least_squares(lambda x: _residuals(layer_times_ms(x[0], x[1])), [0.8, 5.0], bounds=([0.3, 0.0], [1.0, 50.0]))
