@@ -203,9 +203,9 @@ def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.Ax
     gives for those rows, with the step times assembled only for the rows that fit (the search's first pass:
     most rows of a large model are out of memory, and only a fitting row's time is ever read). The layer
     costs, the split and the memory parts they decide are computed once per distinct row of `LAYER_COLUMNS`
-    and indexed back to every row, the rest of the memory once over every row (a rank's memory follows the split, which follows the layers' times);
-    every formula is per row, so a row's numbers do not depend on which other rows are evaluated with it.
-    The partial result carries no `split`."""
+    and indexed back to every row, the rest of the memory once over every row (a rank's memory follows the
+    split, which follows the layers' times); every formula is per row, so a row's numbers do not depend on
+    which other rows are evaluated with it. The partial result carries no `split`."""
     distinct_at, inverse = distinct_rows(*(table[k] for k in LAYER_COLUMNS))
     distinct = {k: table[k][distinct_at] for k in LAYER_COLUMNS}
     lc_distinct = layer_costs(ctx, distinct, bw)
