@@ -37,3 +37,14 @@ def test_correction_is_void_where_the_curves_match_the_layer(tmp_path):
     (tmp_path / "kernels.json").write_text(json.dumps(kernels))
     plain, corrected = fit_layer_overhead.fit_measured(str(tmp_path / "layer.json"), str(tmp_path / "kernels.json"))
     assert corrected == pytest.approx(plain, rel=1e-6)
+
+
+def test_the_a100_constant_is_the_korthikanti_table_4_fit():
+    """SUSTAINED_FRACTION_OF_ISOLATED (the A100 value and the default of profiles without one) is what
+    fit_layer_overhead.py fits to Korthikanti et al. 2022 Table 4 with the committed A100 kernel curve."""
+    import fit_layer_overhead
+
+    from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
+
+    fitted = fit_layer_overhead.fit_table_4()
+    assert fitted == pytest.approx(SUSTAINED_FRACTION_OF_ISOLATED, abs=0.0015)
