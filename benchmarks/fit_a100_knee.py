@@ -31,10 +31,9 @@ CROSS-CHECKS (printed, not fitted into the profile):
 from __future__ import annotations
 
 import numpy as np
+from fit_kernel_profile import SMALLEST_GEMM_FLOPS  # the same cut as the H200 fit (a sibling script)
 
 import hardware_profiles
-
-SMALLEST_GEMM_FLOPS = 2.0**31  # the same cut as benchmarks/fit_kernel_profile.py
 
 # (n for M = N = K = n, cuBLAS TFLOP/s) verbatim from triton-lang/triton#3551, "matmul-performance-fp16" table.
 CUBLAS_A100_TRITON_3551 = [

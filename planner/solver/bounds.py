@@ -54,7 +54,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
-from planner.layout.numeric import distinct_rows as _distinct_rows
+from planner.layout.numeric import distinct_rows
 from planner.layout.schedules import SCHEDULES, by_code
 from planner.layout.table import SEARCHED_ORDERS, axis_strides
 from planner.solver.space import Pins, SearchLimits
@@ -182,12 +182,12 @@ def micro_batch_bounds(
     # few hundred among ~10^5 rows on large clusters), element-wise as for every row, then gathered.
     tp_world = np.where(bw.num_gpus % tp == 0, bw.num_gpus, tp * cp * pp * dp)
     cp_world = np.where(bw.num_gpus % (tp * cp) == 0, bw.num_gpus, tp * cp * pp * dp)
-    first, inverse = _distinct_rows(mb, tp, cp, ep, tp_world, cp_world)
+    first, inverse = distinct_rows(mb, tp, cp, ep, tp_world, cp_world)
     u, ug, e0, el = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world,
                                                                                             cp_world))))
     L = ctx.model.num_layers
     # The best split depends on pp and those three times only: once per distinct (combination, pp).
-    at, again = _distinct_rows(inverse + 1, pp)
+    at, again = distinct_rows(inverse + 1, pp)
     part = balanced_split(L, pp[at], u[at], e0[at], el[at])
     split = StageSplit(*(x[again] for x in (part.n_first, part.n_mid, part.n_last, part.mid_trimmed)))
     single = pp == 1

@@ -15,20 +15,21 @@ from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
 from planner.cost.partition import balanced_split
 from planner.layout import Workload
+from planner.layout.numeric import distinct_rows
 from planner.model import preset
-from planner.solver.bounds import _distinct_rows, micro_batch_bounds
+from planner.solver.bounds import micro_batch_bounds
 from planner.solver.space import Pins, SearchLimits, micro_batch_pairs, shape_candidates, space_of
 
 
 def test_distinct_rows_rebuild_every_row() -> None:
     rng = np.random.default_rng(0)
     cols = [rng.integers(1, 5, 200), rng.integers(1, 3, 200), rng.integers(1, 4, 200)]
-    first, inverse = _distinct_rows(*cols)
+    first, inverse = distinct_rows(*cols)
     for c in cols:
         assert np.array_equal(c[first][inverse], c)
     assert len(first) == len({tuple(r) for r in np.stack(cols, axis=1).tolist()})
     huge = [np.array([2**40, 1, 2**40]), np.array([2**40, 1, 2**40])]  # too wide to pack: whole-row compare
-    first, inverse = _distinct_rows(*huge)
+    first, inverse = distinct_rows(*huge)
     assert len(first) == 2 and np.array_equal(huge[0][first][inverse], huge[0])
 
 
