@@ -65,17 +65,20 @@ class KnownSuboptimal(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     reason: str = Field(min_length=1, description="What the published run did that an alternative beats, and by how much.")
     source: str = Field(min_length=1, description="Paper + table/section (or code at a commit) that measured it.")
-    knob: Literal["recompute", "schedule"] | None = Field(
-        None, description="The stated setting the source shows to be the slower choice: the part of the claimed gain it "
-                          "does not explain is the pick's gain with that setting held at its published value.")
+    knob: Literal["recompute", "schedule", "pp"] | None = Field(
+        None, description="The stated setting the source shows to be the slower choice (`pp`: the published pipeline "
+                          "size, where a source measured smaller pipelines with more data parallelism faster): the part "
+                          "of the claimed gain it does not explain is the pick's gain with that setting held at its "
+                          "published value.")
     faster_case: str | None = Field(
         None, description="Id of the measured faster alternative in this file (same model, batch and GPUs): the part "
-                          "of the claimed gain it does not explain is the claim beyond that measured speed-up.")
+                          "of the claimed gain it does not explain is the claim beyond that measured speed-up. With a "
+                          "`knob` too, the pick with the knob held is judged against that speed-up.")
 
     @model_validator(mode="after")
-    def _one_measure(self) -> KnownSuboptimal:
-        if (self.knob is None) == (self.faster_case is None):
-            raise ValueError("known_suboptimal needs exactly one of `knob` and `faster_case` (what the source measured)")
+    def _a_measure(self) -> KnownSuboptimal:
+        if self.knob is None and self.faster_case is None:
+            raise ValueError("known_suboptimal needs `knob`, `faster_case` or both (what the source measured)")
         return self
 
 

@@ -329,19 +329,29 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
                          best_s: Callable[..., tuple[Any, Any]]) -> float:
     """The part of the pick's claimed gain that the case's sourced reason (known_suboptimal) does not explain.
 
-    No reason: the whole gain. `faster_case`: the claim beyond the speed-up the source measured for its fastest
-    alternative (ratios, so the model's common bias cancels); `fastest_measured` follows the chain of faster cases,
-    since a run measured faster than the faster case is measured faster than this one too. `knob`: the pick's gain
-    with that setting held at its published value (what the pick gains by other means)."""
+    No reason: the whole gain. `knob`: the pick's gain with that setting held at its published value (what the pick
+    gains by other means); `pp` holds the published pipeline size, so a layout the source measured slower (a deep
+    pipeline where data parallelism fits) is not counted against the model. `faster_case`: the claim (with the knob
+    held, when the reason has both) beyond the speed-up the source measured for its fastest alternative (ratios, so
+    the model's common bias cancels); `fastest_measured` follows the chain of faster cases, since a run measured
+    faster than the faster case is measured faster than this one too."""
     why = case.known_suboptimal
     if why is None or not gain_pct > GAIN_BAR_PCT:
         return gain_pct
-    if why.faster_case is not None:
-        faster = fastest_measured(case)
-        measured = published_s / step_time_s(faster, build_model(faster))[0]
-        return 100 * ((1 + gain_pct / 100) / measured - 1)
-    _, held = best_s(**{**_framework(case)["features"], why.knob: _stated(case)[why.knob]})
-    return 100 * (predicted_s / held.prediction.step_time_s - 1)
+    if why.knob is not None:
+        _, held = best_s(**{**_framework(case)["features"], why.knob: held_value(case)})
+        gain_pct = 100 * (predicted_s / held.prediction.step_time_s - 1)
+    if why.faster_case is None:
+        return gain_pct
+    faster = fastest_measured(case)
+    measured = published_s / step_time_s(faster, build_model(faster))[0]
+    return 100 * ((1 + gain_pct / 100) / measured - 1)
+
+
+def held_value(case: PublishedRun) -> Any:
+    """The published value of the case's `known_suboptimal.knob`: a stated setting or the published pipeline size."""
+    knob = case.known_suboptimal.knob
+    return case.parallelism.pp if knob == "pp" else _stated(case)[knob]
 
 
 def fastest_measured(case: PublishedRun) -> PublishedRun:
