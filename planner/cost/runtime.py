@@ -64,7 +64,8 @@ BLOCKING_P2P_SYNC_S = 0.86e-3
 # in bf16. benchmarks/fit_tp_overlap.py finds the share for which this cost model (pytorch-compile runtime, the
 # interference factor included) reproduces both speed-ups and prints each one's value; this is their mean.
 # Megatron's --tp-comm-overlap (Transformer Engine userbuffers) pipelines the same all-gather/reduce-scatter
-# chunks with the same GEMMs; no like-for-like published ablation was found, so it takes the same value (LESS SURE).
+# chunks with the same GEMMs; no like-for-like published ablation was found, so it takes the same value (LESS SURE;
+# what was searched, the user reports seen and the sensitivity of the Megatron-Core rows: docs/cost_sources.md §4).
 TP_OVERLAP_HIDDEN_FRACTION = 0.44
 
 
