@@ -110,6 +110,15 @@ class GPUProfile(Sourced):
     description: str = Field(default="", description="Human name of the part.")
     memory_bytes: int = Field(gt=0, le=2**60, description="Device memory capacity usable by one process (bytes; at most 1 EiB).")
     memory_bandwidth_Bps: float = Field(gt=0, description="Peak device memory bandwidth (bytes/s).")
+    memory_bandwidth_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Fraction of memory_bandwidth_Bps that a STREAM-like copy kernel reaches on this device (bytes "
+        "read + written per second over the figure above) (1): the cost model times every memory-bound pass at "
+        "memory_bandwidth_Bps x this; null: 1, for a figure that is already achievable (measured by meshplan "
+        "calibrate) or a device with no published measurement.",
+    )
     peak_flops: dict[str, float] = Field(
         description="Dense (no sparsity) peak throughput per dtype (FLOP/s); keys among " + ", ".join(DTYPES) + "."
     )

@@ -175,7 +175,14 @@ class CostContext:
 
     @cached_property
     def memory_bandwidth_Bps(self) -> float:
-        return float(self.gpu.memory_bandwidth_Bps)
+        """Achievable device-memory bandwidth: the profile's figure times its measured copy efficiency.
+
+        Every memory-bound term (element-wise passes, loss, embedding, optimizer, MoE permutes) divides its bytes
+        by this, so the efficiency applies once, here. A calibrated profile's figure is itself a measured copy
+        rate and carries no efficiency (null reads as 1), so nothing is counted twice.
+        """
+        efficiency = getattr(self.gpu, "memory_bandwidth_efficiency", None)
+        return float(self.gpu.memory_bandwidth_Bps) * (float(efficiency) if efficiency else 1.0)
 
     @cached_property
     def memory_capacity_bytes(self) -> float:
