@@ -98,3 +98,10 @@ def test_calibrated_gpu_profile_is_not_counted_twice():
     cluster = base.model_copy(update={"gpus": {k: gpu for k in base.gpus}})
     ctx = make_context(preset("llama3-8b"), cluster, Workload(global_batch=8, seq_len=4096))
     assert ctx.memory_bandwidth_Bps == pytest.approx(COPY_BPS, rel=1e-3)
+
+
+def test_json_schema_of_gpu_profiles_documents_the_field():
+    prop = hp.GPUProfile.model_json_schema()["properties"]["memory_bandwidth_efficiency"]
+    bounds = next(branch for branch in prop["anyOf"] if branch.get("type") == "number")
+    assert bounds["exclusiveMinimum"] == 0 and bounds["maximum"] == 1
+    assert "copy" in prop["description"] and prop["default"] is None
