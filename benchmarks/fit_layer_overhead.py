@@ -6,7 +6,8 @@ Korthikanti et al. 2022, Table 4, measured one transformer layer of their 22B GP
 sequence 2048, TP 8, micro-batch 4) on A100 GPUs, forward and backward, in five configurations: baseline,
 sequence parallelism, full recomputation, selective recomputation, selective + SP. This script finds the value of
 planner.cost.efficiency.SUSTAINED_FRACTION_OF_ISOLATED (least squares over all ten times) for which meshplan's
-layer model (compute terms + TP communication over the DGX A100 topology) reproduces them, prints the residuals,
+layer model (compute terms + TP communication over the DGX A100 topology, the backward's as exposed as Megatron's
+asynchronous column-parallel collectives leave it: comm.tp_backward_exposed_s) reproduces them, prints the residuals,
 and checks the alternative explanation: a second free parameter for un-itemised element-wise passes per token
 and hidden unit. The SP rows pin the element-wise share (SP divides it by TP), and that fit puts it at its lower
 bound, 0, which is why the layer model counts only the itemised element-wise passes.
@@ -32,7 +33,7 @@ import hardware_profiles
 import planner.cost.compute as compute
 import planner.cost.efficiency as efficiency
 from planner.api import make_context
-from planner.cost.comm import AxisBandwidth, tp_layer_fwd_s
+from planner.cost.comm import AxisBandwidth, tp_backward_exposed_s, tp_layer_fwd_s
 from planner.cost.evaluate import _coeff_columns
 from planner.layout import Workload
 from planner.model import ModelSpec
@@ -72,7 +73,10 @@ def layer_times_ms(sustained: float, extra_per_hidden: float = 0.0) -> dict[str,
         t = compute.layer_time_s(ctx, ctx.layer_types[0], tokens, tp, one, one, np.array([sp]))
         extra = _extra_elementwise(ctx, extra_per_hidden, sp)
         fwd = float(t.fwd_s[0]) + comm + extra
-        bwd = float(t.bwd_s[0]) + comm + compute.BACKWARD_TO_FORWARD * extra
+        # Megatron's column-parallel backward runs its TP collectives beside its own GEMMs (async all-reduce, or
+        # the SP reduce-scatter and input re-gather): the part the layer model leaves exposed.
+        comm_b = float(tp_backward_exposed_s(ctx, np.array([comm]), t.wgrad_s, t.column_wgrad_s, np.array([sp]), tp)[0])
+        bwd = float(t.bwd_s[0]) + comm_b + compute.BACKWARD_TO_FORWARD * extra
         attn = float(t.attn_fwd_s[0])
         if sp:
             out["sequence parallel"] = (fwd, bwd)

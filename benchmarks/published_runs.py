@@ -81,7 +81,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # gradient-accumulation fusion (--gradient-accumulation-fusion arrived 2022-02-13, Megatron-LM 83b1e42f; the
         # April 2021 DDP hook adds each micro-batch's gradient into main_grad, aed2f75e megatron/model/distributed.py).
         "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "dtype": "fp16",
-                     "overlap_pp_comm": False, "grad_accumulation_fusion": False},
+                     "overlap_pp_comm": False, "grad_accumulation_fusion": False,
+                     # the column-parallel backward all-reduces after both GEMMs (_CopyToModelParallelRegion.backward,
+                     # aed2f75e megatron/mpu/mappings.py); the async all-reduce came with 3f652469 (2021-09-02)
+                     "async_tp_backward": False},
     },
     "deepspeed-2021-zero3": {
         # Narayanan et al. 2021 Table 2 baseline: DeepSpeed ZeRO-3 "without any model parallelism".
@@ -156,7 +159,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # BF16_Optimizer all-reduces the whole fp32 gradient (DeepSpeed engine.allreduce_gradients ->
         # buffered_allreduce_fallback(get_grads_for_reduction())), then all-gathers the bf16 weights.
         "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
-                     "zero1_grad_allreduce": True},
+                     "zero1_grad_allreduce": True,
+                     # its ColumnParallelLinear all-reduces the input gradient in _CopyToModelParallelRegion.backward,
+                     # after both GEMMs (131bd43e, 2022-06, megatron/mpu/layers.py line 333): no async all-reduce
+                     "async_tp_backward": False},
     },
     "metaseq-2022": {
         # OPT (metaseq opt_baselines.py): FSDP (ZeRO-2-like without reshard after forward) + Megatron TP, no SP, no

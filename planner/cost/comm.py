@@ -10,7 +10,8 @@ read its two coefficients once per (mesh, axis, kind) and apply them to whole co
 What each dimension sends, per layer and micro-batch (T tokens per CP rank, h hidden, 16-bit activations):
 - TP (Megatron, Shoeybi et al. 2019 Sec. 3; Korthikanti et al. 2022 Sec. 4.2.2): two all-reduces of T*h in
   forward and two in backward; with SP the same volume as all-gather + reduce-scatter pairs. Not overlapped,
-  unless the workload pipelines them with the GEMMs (`tp_exposed_s`: Megatron --tp-comm-overlap, PyTorch async TP).
+  unless the workload pipelines them with the GEMMs (`tp_exposed_s`: Megatron --tp-comm-overlap, PyTorch async TP)
+  or Megatron's column-parallel backward runs them beside its own GEMMs (`tp_backward_exposed_s`).
 - CP (Llama 3 paper Sec. 3.3.2): all-gather of K and V (2*T*kv_dim/tp per rank, cp ranks) in forward and a
   reduce-scatter of their gradients in backward. The executor gathers before attention (exposed); ring
   attention (Megatron-Core) overlaps the exchange with the attention core: `cp_exposed_s`.
@@ -197,6 +198,35 @@ def tp_exposed_s(ctx: CostContext, tp_s: np.ndarray, gemm_s: np.ndarray, sp: np.
     on = np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
     overlapped = interference.exposed_s(tp_s, gemm_s, 1.0 - hidden, interference.slowdown(ctx))
     return np.where(on, overlapped, tp_s)
+
+
+def tp_backward_exposed_s(ctx: CostContext, tp_s: np.ndarray, wgrad_s: np.ndarray, column_wgrad_s: np.ndarray,
+                          sp: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Exposed seconds of one layer's backward TP collectives (`tp_s`: two all-reduce volumes, `tp_layer_fwd_s`).
+
+    Rows under TP-communication overlap (`tp_exposed_s`) keep that model. Otherwise, where the runtime launches the
+    column-parallel linears' backward collectives asynchronously (`RuntimeCosts.async_tp_backward`, Megatron):
+    - no SP, with the release's async all-reduce (`Workload.async_tp_backward`): the two input-gradient all-reduces
+      run beside the column-parallel weight-gradient GEMMs (`column_wgrad_s`): only what exceeds them shows, and
+      the overlapped part slows them by the interference factor (interference.py);
+    - SP: the two reduce-scatters (half the volume) run beside those weight-gradient GEMMs, the re-gathers of the
+      layer input for them (another half, which Megatron does not keep from the forward) beside the
+      input-gradient GEMMs of the same linears (as long: same shapes), and the row-parallel linears' gradient
+      all-gathers (the last half) block.
+    Everything else (eager PyTorch's DTensor TP, releases without the async all-reduce, CPU) is exposed.
+    """
+    overlap_on = (getattr(ctx.workload, "tp_comm_overlap", False) & np.asarray(sp, dtype=bool)) & (np.asarray(tp) > 1)
+    overlapped = tp_exposed_s(ctx, tp_s, 2 * wgrad_s, sp, tp)
+    if ctx.gpu_kind_is_cpu or not runtime_costs(ctx.workload).async_tp_backward:
+        return overlapped
+    factor = interference.slowdown(ctx)
+    half = 0.5 * np.asarray(tp_s, dtype=float)
+    with_sp = half + 2 * interference.exposed_s(half, column_wgrad_s, 0.0, factor)
+    without_sp = interference.exposed_s(tp_s, column_wgrad_s, 0.0, factor)
+    if not getattr(ctx.workload, "async_tp_backward", True):
+        without_sp = np.asarray(tp_s, dtype=float)
+    asynced = np.where(np.asarray(sp, dtype=bool), with_sp, without_sp)
+    return np.where(overlap_on, overlapped, asynced)
 
 
 def cp_exposed_s(ctx: CostContext, cp_s: np.ndarray, attention_s: np.ndarray) -> np.ndarray:

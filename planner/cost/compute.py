@@ -47,6 +47,8 @@ class LayerTime:
     bwd_s: np.ndarray  # backward (input + weight gradients)
     attn_fwd_s: np.ndarray  # the attention core's forward (overlap window for CP; what selective recompute redoes)
     wgrad_s: np.ndarray  # the weight-gradient GEMMs inside bwd_s (the W pass of zero-bubble schedules)
+    column_wgrad_s: np.ndarray  # the column-parallel ones among them (LayerType.gemm_column_parallel); their
+    # input-gradient GEMMs take as long (same FLOPs and shapes)
 
 
 # Unfused attention (no FlashAttention): bytes per attention-score element (fp16) moved by the element-wise
@@ -74,8 +76,11 @@ def layer_time_s(
     tokens = tokens.astype(float)
     t = tp.astype(float)
     gemm = np.zeros_like(tokens)
-    for f_tok, split in zip(lt.gemm_flops_per_token, lt.gemm_split_by_tp):
-        gemm += gemm_time_s(f_tok * tokens / (t if split else 1.0), peak, mx, half)
+    column = np.zeros_like(tokens)
+    for f_tok, split, col in zip(lt.gemm_flops_per_token, lt.gemm_split_by_tp, lt.gemm_column_parallel):
+        one = gemm_time_s(f_tok * tokens / (t if split else 1.0), peak, mx, half)
+        gemm += one
+        column += one if col else 0.0
     if lt.router_flops_per_token:
         gemm += gemm_time_s(lt.router_flops_per_token * tokens, peak, mx, half)
     if lt.expert_flops_per_token:
@@ -116,7 +121,8 @@ def layer_time_s(
     # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).
     o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
     fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
-    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=np.minimum(gemm, bwd))
+    wgrad = np.minimum(gemm, bwd)
+    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=wgrad, column_wgrad_s=np.minimum(column, wgrad))
 
 
 def unfused_grad_accumulation_s(ctx: CostContext, lt: LayerType, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ OPTIMIZER_BYTES_FP32 = 8
 
 
 _REPLICATED_GEMMS = frozenset({"mla_q_down", "mla_kv_down"})
+_ROW_PARALLEL_SUFFIXES = ("_out", "_down")  # planner.model.flops.layer_gemms: attn_out, mlp_down, moe_shared_down
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class LayerType:
     expert_params: int  # routed-expert parameters (sharded by EP)
     gemm_flops_per_token: tuple[float, ...]  # forward FLOPs per token of each weight GEMM at tp=1
     gemm_split_by_tp: tuple[bool, ...]
+    gemm_column_parallel: tuple[bool, ...]
+    """Per GEMM: split over tp and reading the layer's hidden input (Megatron's column-parallel QKV and MLP-up
+    projections), whose input gradient the backward reduces over TP (comm.tp_backward_exposed_s)."""
     router_flops_per_token: float
     expert_flops_per_token: float  # top_k routed experts, forward, per token (tp=1)
     expert_gemm_flops_per_token_one_expert: float  # one expert's GEMMs, per routed token
@@ -96,13 +100,16 @@ class CostContext:
         m = self.model
         causal = self.flash_attention
         fl = m.layer_forward_flops(i, seq_len, causal=causal)
-        flops, split = [], []
+        flops, split, column = [], [], []
         for name, mm, k, n in m.layer_gemms(i, 1, tp=1):
             if name.startswith(("moe_expert", "moe_router")):
                 continue  # routed experts and the router are costed separately below
             flops.append(2.0 * mm * k * n)
             # Megatron split (planner.model.flops.layer_gemms): all but the MLA down-projections split over tp.
             split.append(name not in _REPLICATED_GEMMS)
+            # column-parallel: split, reading the hidden state; the row-parallel output projections (attention
+            # output, MLP down) may read a width equal to hidden too
+            column.append(split[-1] and k == m.hidden_size and not name.endswith(_ROW_PARALLEL_SUFFIXES))
         expert_total = float(getattr(fl, "moe_experts", 0.0))
         moe = m.moe if m.is_moe_layer(i) else None
         one_expert = expert_total / moe.top_k if moe else 0.0
@@ -113,6 +120,7 @@ class CostContext:
             expert_params=int(m.layer_expert_params(i)),
             gemm_flops_per_token=tuple(flops),
             gemm_split_by_tp=tuple(split),
+            gemm_column_parallel=tuple(column),
             router_flops_per_token=float(getattr(fl, "moe_router", 0.0)),
             expert_flops_per_token=expert_total,
             expert_gemm_flops_per_token_one_expert=one_expert,

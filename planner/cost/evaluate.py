@@ -142,9 +142,10 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         # repeats the gather.
         cp_exp_f = comm.cp_exposed_s(ctx, cp_f, attn)
         cp_exp_b = comm.cp_exposed_s(ctx, cp_f, (lt_time.bwd_s / np.maximum(lt_time.fwd_s, 1e-30)) * attn)
-        # TP: exposed, or partly hidden behind the GEMMs of the same pass (comm.tp_exposed_s).
+        # TP: exposed, or partly hidden behind the GEMMs of the same pass (comm.tp_exposed_s; in backward also
+        # Megatron's asynchronous column-parallel collectives, comm.tp_backward_exposed_s).
         tp_exp_f = comm.tp_exposed_s(ctx, tp_f, lt_time.wgrad_s, sp, tp)
-        tp_exp_b = comm.tp_exposed_s(ctx, tp_f, 2 * lt_time.wgrad_s, sp, tp)
+        tp_exp_b = comm.tp_backward_exposed_s(ctx, tp_f, lt_time.wgrad_s, lt_time.column_wgrad_s, sp, tp)
         u_comp += wk * (lt_time.fwd_s + lt_time.bwd_s + rec)
         u_fwd += wk * (lt_time.fwd_s + tp_exp_f + cp_exp_f + ep_f)
         u_w += wk * lt_time.wgrad_s

@@ -117,6 +117,13 @@ class RuntimeCosts:
     tp_overlap_hidden: float
     """Share of the TP collectives that TP-communication overlap hides behind the GEMMs when the workload asks
     for it (`Workload.tp_comm_overlap`); 0 where the runtime cannot overlap them."""
+    async_tp_backward: bool
+    """The backward of each column-parallel linear (QKV, MLP up) launches its TP collectives asynchronously beside
+    its own GEMMs (Megatron's LinearWithGradAccumulationAndAsyncCommunication, comm.tp_backward_exposed_s): the
+    input-gradient all-reduce (no SP, when the release's flag is on: `Workload.async_tp_backward`) or
+    reduce-scatter (SP) runs beside the weight-gradient GEMM, and with SP the re-gather of the layer input for that
+    GEMM beside the input-gradient GEMM. False: every backward TP collective blocks (DTensor TP in eager PyTorch
+    and torch.compile: nothing sourced overlaps it without async TP, `Workload.tp_comm_overlap`)."""
     p2p_scatter_gather: bool
     """Without sequence parallelism each TP rank sends 1/tp of a stage-boundary activation and the receiver
     all-gathers it over TP (Megatron-LM's scatter/gather optimisation, Narayanan et al. 2021 Sec. 4.1); False:
@@ -169,7 +176,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
-        p2p_scatter_gather=False, p2p_host_sync=False,
+        p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -180,7 +187,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
-        ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False,
+        ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -210,6 +217,16 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # expert-TP group; the combine reduce-scatters over TP before the reverse all_to_all. MoELayer refuses
         # TP > 1 without sequence parallelism in training (moe_layer.py).
         ep_dispatch_sequence_shard=True, p2p_scatter_gather=True, p2p_host_sync=True,
+        # LinearWithGradAccumulationAndAsyncCommunication.backward: Megatron-LM 285068c8 (2023-01)
+        # megatron/core/tensor_parallel/layers.py lines 257-316 (SP: the input all-gather async_op=True at 257-260
+        # before the input-gradient matmul at 267; the input-gradient all-reduce async_op=True at 281 or, with SP,
+        # reduce-scatter at 289-294, both launched before the weight-gradient GEMM at 301/308 and waited at
+        # 312/316); the same in Megatron-LM 55ba1f7b (2022-05, Korthikanti et al.'s release) megatron/mpu/layers.py
+        # 250-308, Megatron-Core core_r0.8.0 (baf94af3) layers.py 449-484 and df0430dbf2 (2025-04) 484-508. It
+        # arrived in Megatron-LM 3f652469 (2021-09-02); Megatron-LM aed2f75e (2021-04) and BigScience's
+        # Megatron-DeepSpeed (131bd43e, 2022-06, BLOOM) all-reduce in _CopyToModelParallelRegion.backward, after
+        # both GEMMs (Workload.async_tp_backward False).
+        async_tp_backward=True,
     ),
 }
 

@@ -82,6 +82,15 @@ class Workload(BaseModel):
         "each micro-batch's weight gradients into the buffer in a separate pass (Megatron-LM 2021: "
         "param.main_grad.add_(param.grad) in its DDP hook): 6 more HBM bytes per local parameter per micro-batch.",
     )
+    async_tp_backward: bool = Field(
+        True,
+        description="Where the runtime can (megatron), the backward all-reduce of a column-parallel linear's input "
+        "gradient runs beside its weight-gradient GEMM (Megatron's async tensor-model-parallel all-reduce, on by "
+        "default since Megatron-LM 3f652469, Sep 2021; --no-async-tensor-model-parallel-allreduce turned it off "
+        "until Megatron-Core ignored the flag). False models a release that all-reduces after both GEMMs "
+        "(Megatron-LM 2021 before it, BigScience's Megatron-DeepSpeed). With sequence parallelism Megatron "
+        "overlaps its reduce-scatter either way.",
+    )
     zero1_grad_allreduce: bool = Field(
         False,
         description="ZeRO-1 all-reduces the whole gradient, so every rank receives all of it, before each rank "

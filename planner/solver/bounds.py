@@ -10,7 +10,7 @@ Micro-batch bound (shape, micro_batch): the pipeline's own makespan, its stage-b
 optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster
 of SP on or off) plus the TP collectives that nothing hides (two forward volumes per layer and micro-batch,
 comm.tp_layer_fwd_s; with TP overlap the part comm.tp_exposed_s leaves with SP, the least any layout can
-expose) and the CP exchange as exposed as the runtime leaves it beside the longest attention window
+expose; in backward the least over SP on and off of what comm.tp_backward_exposed_s leaves) and the CP exchange as exposed as the runtime leaves it beside the longest attention window
 (comm.cp_exposed_s), plus the embedding on rank 0 and the head on the last. So every per-rank time t_r and
 zero-bubble unit g_r = t_r - 2 w_r has a lower bound, and so have sum_r t_r (every layer counted once),
 sum_r g_r and max_r t_r (the exact min-max split of the lower per-layer times, `partition.balanced_split`;
@@ -132,8 +132,12 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
         both = [compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, np.full(len(tp), sp)) for sp in (True, False)]
         # TP traffic of the forward and backward passes, as exposed as the workload's TP overlap leaves it with
         # sequence parallelism (never more exposed than without it).
+        # The backward's exposure is the least over SP on and off (comm.tp_backward_exposed_s: Megatron's
+        # asynchronous column-parallel collectives can leave less exposed without SP).
         gemm = both[0].wgrad_s
-        tp_exposed = comm.tp_exposed_s(ctx, tp_f, gemm, on, tp) + comm.tp_exposed_s(ctx, tp_f, 2 * gemm, on, tp)
+        tp_exposed = comm.tp_exposed_s(ctx, tp_f, gemm, on, tp) + np.minimum(*(
+            comm.tp_backward_exposed_s(ctx, tp_f, t.wgrad_s, t.column_wgrad_s, np.full(len(tp), sp), tp)
+            for t, sp in zip(both, (True, False))))
         # CP exchange beside the attention core of each pass (evaluate.layer_costs), the least over SP.
         cp_exposed = np.minimum(*(comm.cp_exposed_s(ctx, cp_f, t.attn_fwd_s)
                                   + comm.cp_exposed_s(ctx, cp_f, t.bwd_s / np.maximum(t.fwd_s, 1e-30) * t.attn_fwd_s)
