@@ -12,7 +12,7 @@ repeats the fit once per source with that source held out. Only cases meshplan r
 A constant to fit is a `Predictor`: any callable (case, params) -> predicted step time in seconds. The forms compared
 (`FORMS`, each per GPU family, without changing the committed profiles): `SustainedFractionPredictor` refits the GPU
 profile's `sustained_fraction` (the share of their isolated plateau that GEMMs and attention sustain inside a training
-step; committed: A100 0.880 from Korthikanti et al. 2022 Table 4, H100 0.848 from an H200 layer measurement), a
+step; committed: A100 0.811 from Korthikanti et al. 2022 Table 4, H100 0.848 from an H200 layer measurement), a
 multiplicative constant; `AdditiveOverheadPredictor` adds a fixed time per step, or per layer and micro-batch on the
 critical pipeline rank, which the committed model does not have (0).
 
