@@ -33,7 +33,7 @@ from planner.plan import (
     Prediction,
     RankPlacement,
     StageMemory,
-    peak_flops_of_ranks,
+    peak_flops_of_hosts,
     placement_of,
 )
 from planner.solver.exact import OBJECTIVES, SearchResult, exact_search
@@ -65,12 +65,16 @@ def _cluster_json(cluster: Any) -> dict[str, Any]:
 
 
 def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *, proven: bool, notes: tuple[str, ...] = (),
-               chunks: tuple[int, ...] | None = None, refined: Refinement | None = None) -> Plan:
+               chunks: tuple[int, ...] | None = None, refined: Refinement | None = None, placed: bool = True) -> Plan:
     """Cost one layout rank by rank and wrap it with its inputs, placement and per-stage memory.
 
     Costed by `cost.layout_cost.cost_layout` (by layer type on each rank's own GPU where the model or the
     cluster needs it) with the layers per chunk `chunks` (default: `rank_layers` split evenly within each
     rank), or from an already computed refinement (`solver.refine`).
+
+    `placed=False` is for display only (`meshplan plan` printing tables): the plan is the same in every field
+    but `placement`, which is left empty instead of holding one object per rank (~0.1 s at 65,536 GPUs). Such
+    a plan is not a valid plan file: write, export or run only placed plans.
     """
     pp = row["pp"]
     if chunks is None and pp > 1:
@@ -101,8 +105,8 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         ep_comm_s=float(res.ep_comm_s[0]), pp_comm_s=float(res.pp_comm_s[0]), dp_comm_s=float(res.dp_comm_s[0]),
         bubble_s=float(res.bubble_s[0]), optimizer_s=float(res.optimizer_s[0]),
     )
-    cluster_json, placement = _cluster_json(ctx.cluster), _placement(ctx, W)
-    mfu = model_flops / step / peak_flops_of_ranks(cluster_json, placement, ctx.compute_dtype)
+    cluster_json = _cluster_json(ctx.cluster)
+    mfu = model_flops / step / peak_flops_of_hosts(cluster_json, ctx.topology.hosts_of_ranks(W), ctx.compute_dtype)
     band, beyond = honesty(ctx, layout, mfu)
     prediction = Prediction(
         step_time_s=step,
@@ -124,8 +128,11 @@ def build_plan(ctx: CostContext, row: dict[str, int], rank_layers: list[int], *,
         notes = (*notes, f"ZeRO-{layout.zero} with pipeline parallelism holds weights and gradients like ZeRO-1: the "
                  "pipeline schedule keeps gradients (and ZeRO-3's gathered weights) unsharded until the step's one "
                  "gradient reduction, so only the optimizer state is sharded; costed that way")
-    return Plan(inputs=inputs, layout=layout, placement=placement, prediction=prediction,
-                proven_optimal=proven, notes=notes, framework=ctx.framework)
+    fields = dict(inputs=inputs, layout=layout, prediction=prediction, proven_optimal=proven, notes=notes,
+                  framework=ctx.framework)
+    if not placed:  # every field but the placement, as validated above (the nested models are built checked)
+        return Plan.model_construct(**fields, placement=())
+    return Plan(**fields, placement=_placement(ctx, W))
 
 
 MAX_PIN_VALUE = MAX_SIZE
@@ -231,8 +238,9 @@ def ranking_time_s(plan: Plan, objective: str = "expected") -> float:
 
 
 def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, Any] | None = None,
-                      objective: str = "expected") -> list[Plan]:
-    """Turn a search's best rows into Plans (rank-by-rank costing, per-stage memory, placement)."""
+                      objective: str = "expected", placed: bool = True) -> list[Plan]:
+    """Turn a search's best rows into Plans (rank-by-rank costing, per-stage memory, placement; `placed=False`:
+    without the placement, for display only, see `build_plan`)."""
     pins = pins or {}
     cluster = ctx.cluster
     n = len(result.step_time_s)
@@ -250,7 +258,8 @@ def plans_from_result(ctx: CostContext, result: SearchResult, pins: dict[str, An
         refined = refine(ctx, row, rank_layers) if typed else None  # CP-SAT partition by layer type and GPU
         if refined is not None:
             rank_layers, notes = refined.rank_layers, notes + refined.notes
-        plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes, refined=refined))
+        plans.append(build_plan(ctx, row, rank_layers, proven=result.stats.proven_optimal, notes=notes, refined=refined,
+                                placed=placed))
     if typed:  # the refined costing may reorder the search's ranking (made with the mean-layer split)
         plans.sort(key=lambda plan: ranking_time_s(plan, objective))
     if objective == "pessimistic" and plans:

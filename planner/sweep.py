@@ -198,7 +198,7 @@ def _row(p: Point, tokens: float | None, price: float | None, pins: dict[str, An
 
             row["status"] = short_reason(ctx, result)
             return row
-        plan = api.plans_from_result(ctx, result, pins)[0]
+        plan = api.plans_from_result(ctx, result, pins, placed=False)[0]  # a table row: no placement
     except (InfeasibleError, UserError) as exc:
         row["status"] = reason(exc)
         return row

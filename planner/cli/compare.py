@@ -81,7 +81,8 @@ def knob_names(knobs: list[str]) -> str:
 def best_for_layout(stated: dict[str, Any], inp: Any) -> tuple[Plan, str]:
     """The best plan with the stated knobs (the --layout string and the pin options) held and every other knob
     searched, and the searched knobs' names (`planner.solver.space.PIN_FIELDS` order). When no setting of the other knobs fits in memory, the stated
-    layout with `meshplan evaluate`'s defaults, marked fits = NO (a layout that breaks a rule is an error)."""
+    layout with `meshplan evaluate`'s defaults, marked fits = NO (a layout that breaks a rule is an error).
+    For a table row: the searched plan is built without its placement (`planner.api.build_plan`)."""
     from planner import api
     from planner.errors import InfeasibleError
     from planner.solver.space import PIN_FIELDS
@@ -89,7 +90,7 @@ def best_for_layout(stated: dict[str, Any], inp: Any) -> tuple[Plan, str]:
     fixed = {k: v for k, v in stated.items() if k not in LIMIT_NAMES}
     try:
         ctx, result = api.search_result(inp.model, inp.cluster, inp.workload, top=1, **stated, **inp.options)
-        (plan,) = api.plans_from_result(ctx, result, stated)
+        (plan,) = api.plans_from_result(ctx, result, stated, placed=False)  # a table row: no placement
     except InfeasibleError:
         layout = layout_from_pins(fixed, inp)  # raises for a layout no setting makes valid
         plan = api.evaluate(inp.model, inp.cluster, inp.workload, layout, allow_oom=True, **inp.options)
@@ -147,7 +148,7 @@ def compare_command(
             from planner.solver.space import PIN_FIELDS
 
             searched = knob_names([k for k in PIN_FIELDS if k not in values])
-            found = plans_from_result(ctx, result, values)
+            found = plans_from_result(ctx, result, values, placed=False)  # table rows: no placement
             rows += [plan_row(f"search #{i}", p, searched) for i, p in enumerate(found, 1)]
     frame = comparison_frame(rows)
     if csv_out is not None:

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from planner.plan import Plan
 
 
-def plans_from_result(ctx: Any, result: Any, pins: dict[str, Any]) -> list[Plan]:
-    """`Plan`s for the rows of an exact-search result, best first (`planner.api.plans_from_result`)."""
+def plans_from_result(ctx: Any, result: Any, pins: dict[str, Any], *, placed: bool = True) -> list[Plan]:
+    """`Plan`s for the rows of an exact-search result, best first (`planner.api.plans_from_result`; `placed=False`
+    for plans that are only shown, never written)."""
     from planner import api
 
-    return api.plans_from_result(ctx, result, pins, objective=pins.get("objective", "expected"))
+    return api.plans_from_result(ctx, result, pins, objective=pins.get("objective", "expected"), placed=placed)
 
 
 @app.command("plan")
@@ -69,7 +70,8 @@ def plan_command(
         kw = collect_pins(pins)
         start = time.perf_counter()
         ctx, result = search_result(inp.model, inp.cluster, inp.workload, top=top, **kw, **inp.options)
-        plans = plans_from_result(ctx, result, kw)
+        # The placement (one object per rank) goes only into what is written: the tables never show it.
+        plans = plans_from_result(ctx, result, kw, placed=json_out is not None or figures is not None)
         wall_s = time.perf_counter() - start
     best = plans[0]
     if figures is not None:  # figures of the best plan; the comparison spans the same pinned space

@@ -25,12 +25,13 @@ if TYPE_CHECKING:
         Prediction,
         RankPlacement,
         StageMemory,
+        peak_flops_of_hosts,
         peak_flops_of_ranks,
         placement_of,
     )
 
 __all__ = ["SCHEMA_VERSION", "Breakdown", "ErrorBand", "Plan", "PlanInputs", "Prediction", "RankPlacement", "StageMemory",
-           "peak_flops_of_ranks", "placement_of"]
+           "peak_flops_of_hosts", "peak_flops_of_ranks", "placement_of"]
 
 
 def __getattr__(name: str) -> Any:

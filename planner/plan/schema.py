@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+from collections.abc import Iterable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
@@ -41,13 +42,19 @@ def peak_flops_of_ranks(cluster: dict[str, Any], placement: tuple[RankPlacement,
     over what these GPUs could do together; dividing by W x one GPU's peak would overstate it (the step runs
     at the slow GPUs' pace while the fast ones idle). `cluster` is the plan's embedded cluster (JSON form).
     """
+    return peak_flops_of_hosts(cluster, map(attrgetter("host"), placement), dtype)
+
+
+def peak_flops_of_hosts(cluster: dict[str, Any], hosts: Iterable[int], dtype: str) -> float:
+    """`peak_flops_of_ranks` from each rank's host index alone, in rank order (the same sum, bit for bit): what
+    the planner uses before (or without) building the placement's objects."""
     gpus = cluster.get("gpus") or {}
     per_host: list[str] = []
     for group in cluster.get("host_groups") or []:
         per_host += [group["node"]["gpu"]] * int(group["hosts"])
     peak_of_host = [gpus[gpu]["peak_flops"][dtype] for gpu in per_host]
     # the same values added in the same (rank) order as summing per rank; a lookup per host, not per rank
-    return float(sum(map(peak_of_host.__getitem__, map(attrgetter("host"), placement))))
+    return float(sum(map(peak_of_host.__getitem__, hosts)))
 
 
 class _Frozen(BaseModel):

@@ -65,11 +65,18 @@ class Topology:
 
     def hosts_and_indices(self, count: int) -> list[tuple[int, int]]:
         """(host_of, local_index) of GPUs 0..count-1, at once (a plan places up to every GPU of the cluster)."""
+        ranks = self._first_ranks(count)  # divmod(rank, per_host), vectorised; back as Python ints
+        per_host = int(self.layout.gpus_per_node)
+        return list(zip((ranks // per_host).tolist(), (ranks % per_host).tolist()))
+
+    def hosts_of_ranks(self, count: int) -> list[int]:
+        """host_of of GPUs 0..count-1, at once (what MFU's per-GPU peak needs, without the local indices)."""
+        return (self._first_ranks(count) // int(self.layout.gpus_per_node)).tolist()
+
+    def _first_ranks(self, count: int) -> np.ndarray:
         if not 0 <= count <= self.num_gpus:
             raise IndexError(f"{count} ranks do not fit the cluster's {self.num_gpus} GPUs")
-        per_host = int(self.layout.gpus_per_node)
-        ranks = np.arange(count, dtype=np.int64)  # divmod(rank, per_host), vectorised; back as Python ints
-        return list(zip((ranks // per_host).tolist(), (ranks % per_host).tolist()))
+        return np.arange(count, dtype=np.int64)
 
     def gpu_profile(self, rank: int) -> GPUProfile:
         """GPU profile of `rank` (differs by host in a heterogeneous cluster)."""
