@@ -55,7 +55,8 @@ class Loads:
         if top > len(arr):
             arr = self.arr[cls] = np.concatenate([arr, np.zeros(top - len(arr))])
         if np.isscalar(w):
-            arr += np.bincount(sidx, minlength=len(arr)) * w
+            counts = np.bincount(sidx, minlength=len(arr))
+            arr += counts if w == 1.0 else counts * w  # integer counts add exactly: x * 1.0 is x
         else:
             arr += np.bincount(sidx, weights=w, minlength=len(arr))
 
