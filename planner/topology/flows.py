@@ -68,17 +68,37 @@ class Loads:
         return full[_skew(np.arange(n))]
 
     def min_ratio(self, used: Loads | None = None) -> tuple[float, str, int]:
-        """(min capacity/load over loaded edges [of `used`], edge class, index); classes in path order."""
+        """(min capacity/load over loaded edges [of `used`], edge class, index); classes in path order.
+
+        Computed in place over the skewed arrays (capacity / load where loaded, +inf elsewhere) rather than on
+        the gathered loaded edges: the same quotients in the same order, so the same minimum and the same
+        first index of it (an unloaded slot's +inf never beats a loaded edge, nor `best`'s initial +inf)."""
         best = (np.inf, "", -1)
         for cls, load in self.arr.items():
-            sidx = np.flatnonzero(load if used is None else used.arr[cls])
-            if len(sidx) == 0:
+            mark = load if used is None else used.arr[cls]
+            n = min(len(mark), len(load))
+            if n == 0:
                 continue
-            ratio = self.lay.cap[cls][sidx - sidx // 1025] / load[sidx]
+            loaded = mark[:n] != 0
+            if not loaded.any():
+                continue
+            ratio = np.divide(_skewed_capacity(self.lay, cls)[:n], load[:n], out=np.full(n, np.inf), where=loaded)
             i = int(np.argmin(ratio))
             if ratio[i] < best[0]:
-                best = (float(ratio[i]), cls, int(sidx[i] - sidx[i] // 1025))
+                best = (float(ratio[i]), cls, i - i // 1025)
         return best
+
+
+def _skewed_capacity(lay: Layout, cls: str) -> np.ndarray:
+    """The capacities of class `cls` at skewed indices (+inf in the pad slots), built once per layout."""
+    cache = lay.__dict__.setdefault("_skewed_capacity", {})
+    cap = lay.cap[cls]
+    hit = cache.get(cls)
+    if hit is None or hit[0] is not cap:  # keyed by the capacity array itself
+        out = np.full(int(_skew(np.int64(len(cap)))) + 1 if len(cap) else 0, np.inf)
+        out[_skew(np.arange(len(cap)))] = cap
+        hit = cache[cls] = (cap, out)
+    return hit[1]
 
 
 def _pick(w, mask):
