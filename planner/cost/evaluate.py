@@ -20,7 +20,7 @@ from planner.cost.context import CostContext
 from planner.cost.partition import balanced_split
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
 from planner.layout.numeric import distinct_rows
-from planner.layout.table import MESH_ORDERS, RecomputeCode, axis_sizes, axis_strides
+from planner.layout.table import MESH_ORDERS, RecomputeCode, axis_sizes, mesh_strides
 
 __all__ = ["LAYER_COLUMNS", "LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
 
@@ -32,8 +32,8 @@ def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np
     product of the sizes of the axes inside it; so (size, stride, ranks in use) fixes every group of the axis,
     and the topology is asked once per distinct triple, not once per layout.
     """
-    sizes = axis_sizes(table)
-    return {axis: (sizes[axis], axis_strides(table, axis)) for axis in MESH_ORDERS[0]}
+    sizes, strides = axis_sizes(table), mesh_strides(table)
+    return {axis: (sizes[axis], strides[axis]) for axis in MESH_ORDERS[0]}
 
 
 def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):

@@ -34,7 +34,8 @@ FIELD_OF_COLUMN: dict[str, str] = {
 """`Layout` field behind each column (what messages and pins call it)."""
 
 __all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_NAMES", "SEARCHED_ORDERS",
-           "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "row_at", "table_of"]
+           "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "mesh_strides", "row_at",
+           "table_of"]
 
 
 RecomputeCode = IntEnum("RecomputeCode", {name.upper(): code for code, name in enumerate(RECOMPUTE_NAMES)})
@@ -87,10 +88,25 @@ _INSIDE = {axis: np.array([[inner in order[order.index(axis) + 1:] for inner in 
 
 def axis_strides(table: dict[str, np.ndarray], axis: str) -> np.ndarray:
     """Stride of `axis` in every row's rank order: the product of the sizes of the axes inside it."""
+    return _strides(axis, axis_sizes(table), table["order"], _one_order(table["order"]))
+
+
+def mesh_strides(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`axis_strides` of every mesh axis (`DEFAULT_MESH_AXES`), sharing the axis sizes and the order check."""
     sizes, codes = axis_sizes(table), table["order"]
+    one = _one_order(codes)
+    return {axis: _strides(axis, sizes, codes, one) for axis in DEFAULT_MESH_AXES}
+
+
+def _one_order(codes: np.ndarray) -> int | None:
+    """The order code every row has, or None (mixed orders, or no rows)."""
+    return int(codes[0]) if len(codes) and codes.min() == codes.max() else None
+
+
+def _strides(axis: str, sizes: dict[str, Any], codes: np.ndarray, one_order: int | None) -> np.ndarray:
     stride = np.ones(len(codes), dtype=np.int64)
-    if len(codes) and codes.min() == codes.max():  # one order for every row (the common case): no masks
-        order = MESH_ORDERS[int(codes[0])]
+    if one_order is not None:  # one order for every row (the common case): no masks
+        order = MESH_ORDERS[one_order]
         for inner in order[order.index(axis) + 1:]:
             stride = stride * sizes[inner]
         return stride
