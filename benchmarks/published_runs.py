@@ -114,7 +114,9 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     },
     "megatron-lm-2023": {
         # MegaScale's baseline, Megatron-LM 285068c8 (2023-01-11): SP, distributed optimizer, selective/full recompute,
-        # 1F1B and interleaved; FlashAttention assumed (MegaScale credits itself only the move to FlashAttention-2).
+        # 1F1B and interleaved. FlashAttention is not stated (MegaScale Sec. 3.3 says only that MegaScale adopts
+        # FlashAttention-2); this commit builds it behind --use-flash-attn, so the best setting is taken, as for
+        # every unstated knob.
         # Nothing overlaps the data-parallel reduction or the stage-boundary sends: its arguments.py has neither
         # --overlap-grad-reduce (added 2023-08-16, Megatron-LM 2d5220a4) nor --overlap-p2p-communication (2023-05-31,
         # f9283c5a), and MegaScale lists DP, PP and TP overlap among its own additions (Jiang et al. 2024 Sec. 3.2,
