@@ -16,6 +16,7 @@ import numpy as np
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.layout import Workload, rules
 from planner.model import ModelSpec
+from planner.model.flops import gemm_tp_split
 
 # Mixed-precision Adam bytes per parameter (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 and Fig. 1):
 # 2 (bf16/fp16 weights) + 2 (16-bit gradients) + K=12 (fp32 master weights, momentum, variance).
@@ -37,8 +38,6 @@ GRAD_BYTES_FP32 = 4
 OPTIMIZER_BYTES_FP32 = 8
 
 
-_REPLICATED_GEMMS = frozenset({"mla_q_down", "mla_kv_down"})
-_ROW_PARALLEL_SUFFIXES = ("_out", "_down")  # planner.model.flops.layer_gemms: attn_out, mlp_down, moe_shared_down
 
 
 @dataclass(frozen=True)
@@ -105,11 +104,11 @@ class CostContext:
             if name.startswith(("moe_expert", "moe_router")):
                 continue  # routed experts and the router are costed separately below
             flops.append(2.0 * mm * k * n)
-            # Megatron split (planner.model.flops.layer_gemms): all but the MLA down-projections split over tp.
-            split.append(name not in _REPLICATED_GEMMS)
-            # column-parallel: split, reading the hidden state; the row-parallel output projections (attention
-            # output, MLP down) may read a width equal to hidden too
-            column.append(split[-1] and k == m.hidden_size and not name.endswith(_ROW_PARALLEL_SUFFIXES))
+            # Megatron split (planner.model.flops.gemm_tp_split): all but the MLA down-projections split over tp;
+            # the column-parallel ones that read the hidden state reduce their input gradient over TP.
+            kind = gemm_tp_split(name)
+            split.append(kind != "replicated")
+            column.append(kind == "column" and k == m.hidden_size)
         expert_total = float(getattr(fl, "moe_experts", 0.0))
         moe = m.moe if m.is_moe_layer(i) else None
         one_expert = expert_total / moe.top_k if moe else 0.0

@@ -25,7 +25,7 @@ Conventions (all per token, forward unless named otherwise):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from planner.layout.names import RECOMPUTE_NAMES
 
@@ -177,6 +177,21 @@ def _split(value: int, tp: int, what: str) -> int:
     if value % tp:
         raise ValueError(f"{what}={value} is not divisible by tp={tp}; choose a tp that divides it")
     return value // tp
+
+
+# How Megatron splits each weight GEMM of `layer_gemms` over TP, by name (the one home of this vocabulary): the
+# MLA down-projections and the MoE router are replicated, the output and down projections row-parallel (input
+# split, output all-reduced or reduce-scattered), the rest column-parallel (output split; the backward reduces the
+# input gradient over TP).
+REPLICATED_GEMMS = frozenset({"mla_q_down", "mla_kv_down", "moe_router"})
+ROW_PARALLEL_SUFFIXES = ("_out", "_down")
+
+
+def gemm_tp_split(name: str) -> Literal["column", "row", "replicated"]:
+    """How Megatron splits the `layer_gemms` GEMM `name` over TP (see REPLICATED_GEMMS)."""
+    if name in REPLICATED_GEMMS:
+        return "replicated"
+    return "row" if name.endswith(ROW_PARALLEL_SUFFIXES) else "column"
 
 
 def layer_gemms(spec: ModelSpec, is_moe: bool, tokens: int, tp: int = 1) -> list[tuple[str, int, int, int]]:
