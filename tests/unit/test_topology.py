@@ -150,6 +150,22 @@ def test_all_to_all_two_dgx():
     assert one.bus_bandwidth_Bps == pytest.approx(NV4)  # 7/7 on each NVLink uplink
 
 
+@pytest.mark.parametrize("tp, ep, per_node", [(2, 4, 4), (4, 8, 2), (4, 4, 2), (2, 8, 4), (8, 8, 1)])
+def test_strided_ep_all_to_all_is_bound_by_its_own_nic(tp, ep, per_node):
+    # EP groups as Megatron-Core lays them (tp innermost, EP next: ranks base + j * tp), all groups at once on
+    # 16 DGX H100 (the Liu et al. 2025 layouts). Within a node the group runs on NVLink; across nodes each GPU's
+    # remote share (ep - per_node) / ep leaves through its own NIC (an all-to-all cannot aggregate NICs, NCCL
+    # maintainers in NVIDIA/nccl-tests#267), so bus bandwidth = NIC * ((ep-1)/ep) / ((ep-per_node)/ep)
+    # (NVIDIA/nccl-tests#130: N/(N-1) x the per-GPU network bandwidth for whole nodes).
+    t = topo("dgx-h100", nodes=16)
+    est = t.axis_collective("all_to_all", (128 // (ep * tp), ep, tp), 1)
+    if per_node == ep:
+        assert est.bus_bandwidth_Bps == pytest.approx(NV4)
+    else:
+        assert est.bottleneck == "ib-ndr NIC"
+        assert est.bus_bandwidth_Bps == pytest.approx(NDR * (ep - 1) / (ep - per_node))
+
+
 def test_heterogeneous_dp_is_bound_by_the_slower_nic():
     # hetero-a100-h100 with nodes=2: host 0 DGX A100 (HDR 25e9), host 1 DGX H100 (NDR 50e9).
     c = hp.cluster("hetero-a100-h100", nodes=2)
