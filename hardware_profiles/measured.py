@@ -64,7 +64,9 @@ class MeasuredCollective(BaseModel):
 
     `factor` is the NCCL bus-bandwidth factor of the kind (planner.topology.estimate.bytes_factor), S the
     message size in the planner's convention; measured with every group of that size running at once (a
-    mesh axis). Overrides the ring model for groups inside one host of this fabric.
+    mesh axis). On a host's own link (`meshplan calibrate`) it overrides the ring model for groups inside one
+    host; on a NIC link (a multi-host measurement entered by hand, with its source: how many hosts, the message
+    size, the library version) it floors the cost of groups that cross hosts (planner.cost.measured_comm).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

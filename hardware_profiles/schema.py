@@ -207,6 +207,9 @@ class LinkProfile(Sourced):
     )
     measured_collectives: list[MeasuredCollective] | None = Field(
         default=None,
-        description="Measured latency and bus bandwidth per collective kind and group size (meshplan calibrate); "
-        "used instead of the ring model for groups inside one host; null: ring model only.",
+        description="Measured latency and bus bandwidth per collective kind and group size, each with its source. "
+        "On a host's scale-up (or PCIe) link, as meshplan calibrate writes them: used instead of the ring model for "
+        "groups inside one host. On a NIC link, entered by hand from a multi-host run (calibrate measures one "
+        "host): a floor on the cost of groups that cross hosts over it, never faster than the ring model; "
+        "null: ring model only.",
     )

@@ -85,8 +85,8 @@ class AxisBandwidth:
         self._cache = store.scalar
         self._measured = store.measured
         # A capacity-only view answers the same for every world of a group pattern (size, stride); measured
-        # collectives (which check every group lies in one host) may not.
-        self._world_free = bool(getattr(topology, "answers_ignore_world", False)) and not self._measured.table
+        # collectives (which check whether the groups lie in one host) may not.
+        self._world_free = bool(getattr(topology, "answers_ignore_world", False)) and not self._measured.any
 
     def coeffs(self, kind: str, mesh_shape: tuple[int, ...], axis: int) -> tuple[float, float, str]:
         """(seconds at 0 bytes, seconds per byte, bottleneck) for a collective along `axis`.
@@ -94,7 +94,8 @@ class AxisBandwidth:
         All-gather and reduce-scatter run the same ring as all-reduce (the same links and loads, NCCL ring
         algorithm), so they reuse its bus bandwidth with their own byte factor and half the latency steps. A ring
         that crosses more than a few nodes gets less than the topology's bus bandwidth
-        (`planner.topology.ring_scaling`, measured).
+        (`planner.topology.ring_scaling`, measured). Measured collectives (planner.cost.measured_comm) replace
+        this inside a host and floor it across a measured network.
         """
         if mesh_shape[axis] == 1:
             return 0.0, 0.0, "none"
@@ -102,23 +103,31 @@ class AxisBandwidth:
         hit = self._cache.get(key)
         if hit is None:
             measured = self._measured.coeffs(kind, mesh_shape, axis)
+            own_floor = self._measured.network_floor(kind, mesh_shape, axis)
             if measured is not None:
                 hit = (measured[0], measured[1], "measured")
-            elif kind in ("all_gather", "reduce_scatter"):
-                a_ar, b_ar, where = self.coeffs("all_reduce", mesh_shape, axis)
+            elif kind in ("all_gather", "reduce_scatter") and own_floor is None:
+                a_ar, b_ar, where = self.coeffs("all_reduce", mesh_shape, axis)  # with the all-reduce's floor, if any
                 hit = (a_ar / 2.0, b_ar / 2.0, where)  # (n-1)/n vs 2(n-1)/n bytes, (n-1) vs 2(n-1) steps
+            elif kind in ("all_gather", "reduce_scatter"):
+                a_ar, b_ar, where = self._ring(mesh_shape, axis, "all_reduce")
+                hit = _floored((a_ar / 2.0, b_ar / 2.0, where), own_floor)
             else:
-                est = self.topology.axis_collective(kind, mesh_shape, axis)
-                t0 = float(est.time_s(1e-30))
-                t1 = float(est.time_s(_PROBE_BYTES))
-                per_byte = (t1 - t0) / _PROBE_BYTES
-                per_node = getattr(self.topology, "gpus_per_node", None)
-                if kind == "all_reduce" and per_node:  # a ring over many nodes runs below its few-node bus bandwidth
-                    per_byte /= ring_bandwidth_factor(nodes_spanned(mesh_shape[axis], math.prod(mesh_shape[axis + 1:]),
-                                                                    int(per_node)))
-                hit = (t0, per_byte, str(getattr(est, "bottleneck", "")))
+                hit = _floored(self._ring(mesh_shape, axis, kind), own_floor)
             self._cache[key] = hit
         return hit
+
+    def _ring(self, mesh_shape: tuple[int, ...], axis: int, kind: str) -> tuple[float, float, str]:
+        """The topology's ring/p2p/all-to-all estimate of `kind` as (a, b, bottleneck), read at two sizes."""
+        est = self.topology.axis_collective(kind, mesh_shape, axis)
+        t0 = float(est.time_s(1e-30))
+        t1 = float(est.time_s(_PROBE_BYTES))
+        per_byte = (t1 - t0) / _PROBE_BYTES
+        per_node = getattr(self.topology, "gpus_per_node", None)
+        if kind == "all_reduce" and per_node:  # a ring over many nodes runs below its few-node bus bandwidth
+            per_byte /= ring_bandwidth_factor(nodes_spanned(mesh_shape[axis], math.prod(mesh_shape[axis + 1:]),
+                                                            int(per_node)))
+        return t0, per_byte, str(getattr(est, "bottleneck", ""))
 
     def columns(self, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a, b) coefficient columns of `kind` along groups of `size` ranks spaced `stride` apart, in a mesh
@@ -166,6 +175,16 @@ class AxisBandwidth:
         if self._store.disk is not None:
             self._store.disk.changed(self._store.columns)
         return table
+
+
+def _floored(model: tuple[float, float, str], floor: tuple[float, float] | None) -> tuple[float, float, str]:
+    """The model's (a, b, bottleneck) held at or above a measured network floor (planner.cost.measured_comm: a
+    measured bottleneck caps, it never speeds a collective up); the bottleneck names the measurement where it
+    binds."""
+    if floor is None:
+        return model
+    a, b, where = model
+    return max(a, floor[0]), max(b, floor[1]), ("measured network" if floor[1] > b else where)
 
 
 def affine(coeffs: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:
