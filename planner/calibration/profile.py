@@ -12,6 +12,11 @@ Every source reads "measured by meshplan calibrate on <host> <date>: <what and h
 built-in datasheet profile the peak FLOP/s stay the datasheet's and `max_fraction` is the measured plateau
 over it; a CPU process (or an unknown GPU) has no datasheet figure, so the measured plateau is the peak and
 `max_fraction` is 1 by that definition.
+
+Calibrate measures collectives inside one host, so they go on that host's link (scale-up or loopback). A
+measurement across hosts (nccl-tests or a framework's own benchmark over several nodes) is entered by hand as
+`measured_collectives` of the cluster's NIC link profile, with its source (hosts, ranks, message size, library
+version), where it floors the cost of groups that cross hosts (planner.cost.measured_comm).
 """
 
 from __future__ import annotations
