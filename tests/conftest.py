@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,11 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 # The suite is the same run everywhere (derandomized: the README's test command, CI, a contributor's machine);
 # MESHPLAN_FUZZ_RANDOM=1 draws fresh inputs on each run, for hunting (with MESHPLAN_FUZZ_SCALE for more of them).
 settings.load_profile("dev" if os.environ.get("MESHPLAN_FUZZ_RANDOM") else "ci")
+
+# A suite started in the background (`cmd &` in a non-interactive shell, nohup) inherits SIGINT ignored, and so would
+# every process it starts; the tests that send a terminal's Ctrl-C need it as a terminal leaves it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The collective-coefficient disk cache (planner.cost.comm_cache) goes to a fresh folder per test session,
 # never the developer's own cache; commands the tests start as processes inherit it.
