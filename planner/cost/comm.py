@@ -211,12 +211,21 @@ def tp_exposed_s(ctx: CostContext, tp_s: np.ndarray, gemm_s: np.ndarray, sp: np.
     (never more than the GEMMs' own time), and that hidden part slows them by the interference factor
     (interference.py).
     """
-    hidden = runtime_costs(ctx.workload).tp_overlap_hidden if getattr(ctx.workload, "tp_comm_overlap", False) else 0.0
-    if hidden <= 0.0:
+    on = _tp_overlap_rows(ctx, sp, tp)
+    if on is None:
         return tp_s
-    on = np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
+    hidden = runtime_costs(ctx.workload).tp_overlap_hidden
     overlapped = interference.exposed_s(tp_s, gemm_s, 1.0 - hidden, interference.slowdown(ctx))
     return np.where(on, overlapped, tp_s)
+
+
+def _tp_overlap_rows(ctx: CostContext, sp: np.ndarray, tp: np.ndarray) -> np.ndarray | None:
+    """The rows TP-communication overlap applies to (sequence parallelism, tp > 1), or None where the workload
+    does not ask for it or its runtime cannot hide any of it (`tp_exposed_s`)."""
+    asked = getattr(ctx.workload, "tp_comm_overlap", False)
+    if not asked or runtime_costs(ctx.workload).tp_overlap_hidden <= 0.0:
+        return None
+    return np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
 
 
 def tp_backward_exposed_s(ctx: CostContext, tp_s: np.ndarray, wgrad_s: np.ndarray, column_wgrad_s: np.ndarray,
@@ -234,10 +243,10 @@ def tp_backward_exposed_s(ctx: CostContext, tp_s: np.ndarray, wgrad_s: np.ndarra
       all-gathers (the last half) block.
     Everything else (eager PyTorch's DTensor TP, releases without the async all-reduce, CPU) is exposed.
     """
-    overlap_on = (getattr(ctx.workload, "tp_comm_overlap", False) & np.asarray(sp, dtype=bool)) & (np.asarray(tp) > 1)
     overlapped = tp_exposed_s(ctx, tp_s, 2 * wgrad_s, sp, tp)
     if ctx.gpu_kind_is_cpu or not runtime_costs(ctx.workload).async_tp_backward:
         return overlapped
+    overlap_on = _tp_overlap_rows(ctx, sp, tp)
     factor = interference.slowdown(ctx)
     half = 0.5 * np.asarray(tp_s, dtype=float)
     with_sp = half + 2 * interference.exposed_s(half, column_wgrad_s, 0.0, factor)
@@ -245,7 +254,7 @@ def tp_backward_exposed_s(ctx: CostContext, tp_s: np.ndarray, wgrad_s: np.ndarra
     if not getattr(ctx.workload, "async_tp_backward", True):
         without_sp = np.asarray(tp_s, dtype=float)
     asynced = np.where(np.asarray(sp, dtype=bool), with_sp, without_sp)
-    return np.where(overlap_on, overlapped, asynced)
+    return asynced if overlap_on is None else np.where(overlap_on, overlapped, asynced)
 
 
 def cp_exposed_s(ctx: CostContext, cp_s: np.ndarray, attention_s: np.ndarray) -> np.ndarray:

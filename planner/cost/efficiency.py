@@ -21,14 +21,14 @@ import numpy as np
 # and attention kernels sustain inside a training step on a GPU: clocks held down by the power cap under
 # sustained load, cold caches between kernels, non-ideal transposed shapes in backward. FITTED to a
 # measurement: least squares over all ten per-layer times of Korthikanti et al. 2022 Table 4 (22B GPT layer on
-# A100, TP 8; baseline / sequence-parallel / full / selective / selective + SP, forward and backward), with the A100
-# profile's published-measurement GEMM knee (a100-80gb.yaml half_flops) and its achievable HBM bandwidth (a100-80gb.yaml
-# memory_bandwidth_efficiency) and the backward TP collectives as exposed as Megatron's asynchronous column-parallel
-# backward leaves them (comm.tp_backward_exposed_s: Table 4 ran Megatron-LM of May 2022, whose async all-reduce was
-# on by default), every residual within 0.25 ms of 7-20 ms (0.880 with the backward collectives all exposed, max
-# residual 0.49 ms; 0.833 with datasheet bandwidth too); reproduce with benchmarks/fit_layer_overhead.py. The same fit leaves no
-# room for element-wise work beyond the itemised passes (the SP rows bound it), so the layer model counts only
-# those. Not applied to CPU profiles, whose plateau is measured in place (benchmarks/measure_cpu_profile.py).
+# A100, TP 8; baseline / sequence-parallel / full / selective / selective + SP, forward and backward), with the
+# A100 profile's published-measurement GEMM knee (a100-80gb.yaml half_flops) and its achievable HBM bandwidth
+# (a100-80gb.yaml memory_bandwidth_efficiency) and the backward TP collectives as exposed as Megatron's
+# asynchronous column-parallel backward leaves them (comm.tp_backward_exposed_s: Table 4 ran Megatron-LM of May
+# 2022, whose async all-reduce was on by default), every residual within 0.25 ms of 7-20 ms (0.880 with the
+# backward collectives all exposed, max residual 0.49 ms; 0.833 with datasheet bandwidth too); reproduce with
+# benchmarks/fit_layer_overhead.py. The same fit leaves no room for element-wise work beyond the itemised passes
+# (the SP rows bound it), so the layer model counts only those. Not applied to CPU profiles, whose plateau is measured in place (benchmarks/measure_cpu_profile.py).
 SUSTAINED_FRACTION_OF_ISOLATED = 0.811
 
 

@@ -173,7 +173,8 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
     "pytorch": RuntimeCosts(
         name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
         optimizer_bytes_per_param=_ADAM_FOREACH, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=0.0,
-        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True,
+        reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
@@ -184,7 +185,8 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # forward and 10 backward kernels per block (ESTIMATE from the op groups; not measured).
         fused_kernels_per_layer=(6, 10),
         optimizer_bytes_per_param=_ADAM_FUSED, step_bytes_per_unsharded_param=0.0, clip_bytes_per_param=_CLIP,
-        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True, reduce_after_last_backward_under_pp=True,
+        scales_grad_buffer=False, tied_embedding_allreduce=False, fsdp_copies=True, regather_after_backward=True,
+        reduce_after_last_backward_under_pp=True,
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,

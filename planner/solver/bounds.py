@@ -7,21 +7,21 @@ Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs 
   memory its model states with everything sharded (ZeRO-3 over all of DP) plus the reserve.
 
 Micro-batch bound (shape, micro_batch): the pipeline's own makespan, its stage-boundary transfers and the
-optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster
-of SP on or off) plus the TP collectives that nothing hides (two forward volumes per layer and micro-batch,
-comm.tp_layer_fwd_s; with TP overlap the part comm.tp_exposed_s leaves with SP, the least any layout can
-expose; in backward the least over SP on and off of what comm.tp_backward_exposed_s leaves) and the CP exchange as exposed as the runtime leaves it beside the longest attention window
-(comm.cp_exposed_s), plus the embedding on rank 0 and the head on the last. So every per-rank time t_r and
-zero-bubble unit g_r = t_r - 2 w_r has a lower bound, and so have sum_r t_r (every layer counted once),
-sum_r g_r and max_r t_r (the exact min-max split of the lower per-layer times, `partition.balanced_split`;
-the min-max makespan only grows with the layer and end times). Every registry makespan grows with t_max,
-t_sum and g_sum and shrinks with g_max (planner.layout.schedules), and g_max <= t_max, so each schedule's
-formula at (t_max, t_sum, g_max := t_max, g_sum) bounds it; schedules that need a micro-batch per rank are
-left out when m < pp. To it each schedule adds its stage-boundary transfers (comm.pp_exposed_s, with an
-unbounded overlap window and the capacity-only p2p cost of the pipeline groups, `Topology.
-axis_collective_bound`, over the orders the search can build); the bound is the least over the schedules
-(and virtual-stage counts) the pins allow. The optimizer step adds at least that of a rank holding 1/pp of
-the parameters sharded over all of DP (fixed_costs.optimizer_step_s grows with the parameters held).
+optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster of
+SP on or off) plus the TP collectives that nothing hides (two forward volumes per layer and micro-batch,
+comm.tp_layer_fwd_s; with TP overlap the part comm.tp_exposed_s leaves with SP, the least any layout can expose;
+in backward the least over SP on and off of what comm.tp_backward_exposed_s leaves) and the CP exchange as exposed
+as the runtime leaves it beside the longest attention window (comm.cp_exposed_s), plus the embedding on rank 0 and
+the head on the last. So every per-rank time t_r and zero-bubble unit g_r = t_r - 2 w_r has a lower bound, and so
+have sum_r t_r (every layer counted once), sum_r g_r and max_r t_r (the exact min-max split of the lower per-layer
+times, `partition.balanced_split`; the min-max makespan only grows with the layer and end times). Every registry
+makespan grows with t_max, t_sum and g_sum and shrinks with g_max (planner.layout.schedules), and g_max <= t_max,
+so each schedule's formula at (t_max, t_sum, g_max := t_max, g_sum) bounds it; schedules that need a micro-batch
+per rank are left out when m < pp. To it each schedule adds its stage-boundary transfers (comm.pp_exposed_s, with
+an unbounded overlap window and the capacity-only p2p cost of the pipeline groups, `Topology.
+axis_collective_bound`, over the orders the search can build); the bound is the least over the schedules (and
+virtual-stage counts) the pins allow. The optimizer step adds at least that of a rank holding 1/pp of the
+parameters sharded over all of DP (fixed_costs.optimizer_step_s grows with the parameters held).
 Left out (each >= 0): EP exposure, recomputation, DP/FSDP exposure (bounded per row below).
 
 Row bound before evaluation (`dp_bound_s`): once a row's ZeRO stage, sharding group and mesh order are known,
