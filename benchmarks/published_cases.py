@@ -71,9 +71,11 @@ class KnownSuboptimal(BaseModel):
                           "of the claimed gain it does not explain is the pick's gain with that setting held at its "
                           "published value.")
     faster_case: str | None = Field(
-        None, description="Id of the measured faster alternative in this file (same model, batch and GPUs): the part "
-                          "of the claimed gain it does not explain is the claim beyond that measured speed-up. With a "
-                          "`knob` too, the pick with the knob held is judged against that speed-up.")
+        None, description="Id of the measured faster alternative in this file (same model and GPUs; the same batch, or "
+                          "the same layout at the larger batch the source says it was sized for): the part of the "
+                          "claimed gain it does not explain is the claim beyond that measured speed-up, compared per "
+                          "sequence when the batches differ. With a `knob` too, the pick with the knob held is judged "
+                          "against that speed-up.")
 
     @model_validator(mode="after")
     def _a_measure(self) -> KnownSuboptimal:

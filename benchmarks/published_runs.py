@@ -342,7 +342,9 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
     pipeline where data parallelism fits) is not counted against the model. `faster_case`: the claim (with the knob
     held, when the reason has both) beyond the speed-up the source measured for its fastest alternative (ratios, so
     the model's common bias cancels); `fastest_measured` follows the chain of faster cases, since a run measured
-    faster than the faster case is measured faster than this one too."""
+    faster than the faster case is measured faster than this one too. A faster case at another batch (the same
+    layout at the batch it was sized for) is compared per sequence: the claim is a time per sequence too, and one
+    at this batch beyond what the hardware measured at the larger batch would be the model's doing."""
     why = case.known_suboptimal
     if why is None or not gain_pct > GAIN_BAR_PCT:
         return gain_pct
@@ -353,6 +355,7 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
         return gain_pct
     faster = fastest_measured(case)
     measured = published_s / step_time_s(faster, build_model(faster))[0]
+    measured *= faster.batch.global_batch_seqs / case.batch.global_batch_seqs  # per sequence (1 at equal batches)
     return 100 * ((1 + gain_pct / 100) / measured - 1)
 
 
