@@ -55,6 +55,10 @@ class Gap(BaseModel):
     detail: str = Field(min_length=1, description="What the run did and what the prediction uses instead.")
 
 
+Knob = Literal["recompute", "schedule", "pp"]
+"""A setting a sourced reason may hold at its published value (KnownSuboptimal.knob)."""
+
+
 class KnownSuboptimal(BaseModel):
     """Why the published layout is known to be slower than an alternative, with the source that measured it.
 
@@ -65,11 +69,12 @@ class KnownSuboptimal(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     reason: str = Field(min_length=1, description="What the published run did that an alternative beats, and by how much.")
     source: str = Field(min_length=1, description="Paper + table/section (or code at a commit) that measured it.")
-    knob: Literal["recompute", "schedule", "pp"] | None = Field(
+    knob: Knob | list[Knob] | None = Field(
         None, description="The stated setting the source shows to be the slower choice (`pp`: the published pipeline "
                           "size, where a source measured smaller pipelines with more data parallelism faster): the part "
                           "of the claimed gain it does not explain is the pick's gain with that setting held at its "
-                          "published value.")
+                          "published value. A list holds several settings at once, each with its own measured "
+                          "comparison in `source`.")
     faster_case: str | None = Field(
         None, description="Id of the measured faster alternative in this file (same model and GPUs; the same batch, or "
                           "the same layout at the larger batch the source says it was sized for): the part of the "
@@ -79,9 +84,18 @@ class KnownSuboptimal(BaseModel):
 
     @model_validator(mode="after")
     def _a_measure(self) -> KnownSuboptimal:
-        if self.knob is None and self.faster_case is None:
+        if not self.knobs and self.faster_case is None:
             raise ValueError("known_suboptimal needs `knob`, `faster_case` or both (what the source measured)")
+        if isinstance(self.knob, list) and len(set(self.knob)) != len(self.knob):
+            raise ValueError(f"known_suboptimal.knob lists a setting twice: {self.knob}; name each once")
         return self
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        """The held settings, in the order given (the single-value form is a list of one)."""
+        if self.knob is None:
+            return ()
+        return tuple(self.knob) if isinstance(self.knob, list) else (self.knob,)
 
 
 class StepTime(BaseModel):

@@ -337,9 +337,9 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
                          best_s: Callable[..., tuple[Any, Any]]) -> float:
     """The part of the pick's claimed gain that the case's sourced reason (known_suboptimal) does not explain.
 
-    No reason: the whole gain. `knob`: the pick's gain with that setting held at its published value (what the pick
-    gains by other means); `pp` holds the published pipeline size, so a layout the source measured slower (a deep
-    pipeline where data parallelism fits) is not counted against the model. `faster_case`: the claim (with the knob
+    No reason: the whole gain. `knob`: the pick's gain with that setting (or each listed setting) held at its
+    published value (what the pick gains by other means); `pp` holds the published pipeline size, so a layout the
+    source measured slower (a deep pipeline where data parallelism fits) is not counted against the model. `faster_case`: the claim (with the knob
     held, when the reason has both) beyond the speed-up the source measured for its fastest alternative (ratios, so
     the model's common bias cancels); `fastest_measured` follows the chain of faster cases, since a run measured
     faster than the faster case is measured faster than this one too. A faster case at another batch (the same
@@ -348,8 +348,8 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
     why = case.known_suboptimal
     if why is None or not gain_pct > GAIN_BAR_PCT:
         return gain_pct
-    if why.knob is not None:
-        _, held = best_s(**{**_framework(case)["features"], why.knob: held_value(case)})
+    if why.knobs:
+        _, held = best_s(**{**_framework(case)["features"], **held_values(case)})
         gain_pct = 100 * (predicted_s / held.prediction.step_time_s - 1)
     if why.faster_case is None:
         return gain_pct
@@ -359,10 +359,11 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
     return 100 * ((1 + gain_pct / 100) / measured - 1)
 
 
-def held_value(case: PublishedRun) -> Any:
-    """The published value of the case's `known_suboptimal.knob`: a stated setting or the published pipeline size."""
-    knob = case.known_suboptimal.knob
-    return case.parallelism.pp if knob == "pp" else _stated(case)[knob]
+def held_values(case: PublishedRun) -> dict[str, Any]:
+    """The published value of each setting the case's `known_suboptimal.knob` holds: a stated setting or the
+    published pipeline size."""
+    stated = _stated(case)
+    return {knob: case.parallelism.pp if knob == "pp" else stated[knob] for knob in case.known_suboptimal.knobs}
 
 
 def fastest_measured(case: PublishedRun) -> PublishedRun:
