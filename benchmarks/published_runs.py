@@ -108,9 +108,16 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     },
     "megatron-lm-2023-zb": {
         # Qi et al. 2024: sail-sg's Megatron-LM fork: 1F1B, interleaved and zero-bubble schedules (ZB-1p has ZB-H1's
-        # bubble in every setting, Table 5); FlashAttention and the distributed optimizer as in its example script.
+        # bubble in every setting, Table 5). Unfused attention: the fork's example script at the paper's commit
+        # (examples/pretrain_zero_bubble.sh at 82b2eb67, 2023-12-06; its env knobs are Table 3's columns, its
+        # defaults the 6.2B row: LAYERS = 4p - 2, hidden 4096, 32 heads, seq 1024) passes --fp16 but neither
+        # --use-flash-attn (in no version of the script before fa0c4399, 2024-08-19) nor
+        # --use-distributed-optimizer (the search may still take ZeRO-1: it changes nothing at dp 1). Table 4's own
+        # memory agrees: ZB-2p minus ZB-1p (about p more micro-batches in flight) is 27 / 28 / 18 / 30 GB for
+        # 1.5B / 6.2B / 14.6B / 28.3B, and p micro-batches of a middle stage's activations at sbh(34 + 5as/h)
+        # (Korthikanti et al. 2022 Sec. 4.1) are 30 / 30 / 19 / 30 GB unfused, 12 / 14 / 9 / 14 GB with flash.
         "features": {"schedule": ("1f1b", "interleaved", "zb-h1"), "zero": (0, 1), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
+        "workload": {"flash_attention": False, "overlap_dp_comm": True, "runtime": "megatron", "overlap_pp_comm": False},
     },
     "megatron-lm-2023": {
         # MegaScale's baseline, Megatron-LM 285068c8 (2023-01-11): SP, distributed optimizer, selective/full recompute,
