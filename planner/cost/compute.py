@@ -172,6 +172,16 @@ def head_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndar
     return (1 + BACKWARD_TO_FORWARD) * gemm + ce_f + ce_b
 
 
+def head_weight_grad_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """The LM head's weight-gradient GEMM of one micro-batch (as many FLOPs as its forward GEMM), part of
+    `head_time_s`. Zero-bubble schedules run it in the last rank's W pass, as they do the decoder layers' weight
+    gradients: Qi et al.'s fork defers every `wgrad_gemm_accum` of a linear layer, the output layer's included
+    (megatron/core/tensor_parallel/layers.py 402-420 and megatron/core/weight_grad_store.py 52-65 at 82b2eb67);
+    torch's `stage_backward_weight` computes the gradients of all of a stage's parameters."""
+    gemm, _, _ = _head_parts_s(ctx, tokens, tp)
+    return gemm
+
+
 def embedding_forward_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
     """Embedding lookup: memory-bound gather of h elements per token (vocab-parallel split over tp)."""
     return tokens.astype(float) * ctx.model.hidden_size * ctx.act_bytes * 2 / ctx.memory_bandwidth_Bps

@@ -99,6 +99,7 @@ class LayerCosts:
     head_f: np.ndarray  # final norm + LM head + loss forward
     e_first: np.ndarray  # embedding forward + backward (rank 0)
     e_last: np.ndarray  # head forward + backward (last rank)
+    head_w: np.ndarray  # the head's weight-gradient GEMM inside e_last (the last rank's W pass)
     dense_params: float  # mean per layer
     expert_params: float
     rs_shard: tuple
@@ -162,7 +163,8 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     return LayerCosts(
         tokens=tokens, u=u_comp + u_tp + u_cp + u_ep, u_fwd=u_fwd, u_w=u_w, u_comp=u_comp, u_tp=u_tp, u_cp=u_cp,
         u_ep=u_ep, emb_f=emb_f, head_f=head_f, e_first=compute.embedding_time_s(ctx, tokens, tp),
-        e_last=compute.head_time_s(ctx, tokens, tp), dense_params=dense_params, expert_params=expert_params,
+        e_last=compute.head_time_s(ctx, tokens, tp), head_w=compute.head_weight_grad_time_s(ctx, tokens, tp),
+        dense_params=dense_params, expert_params=expert_params,
         rs_shard=_coeff_columns(bw, "reduce_scatter", *groups["dp_shard"], world),
         ag_shard=_coeff_columns(bw, "all_gather", *groups["dp_shard"], world),
         ar_rep=_coeff_columns(bw, "all_reduce", *groups["dp_replicate"], world),
@@ -275,7 +277,7 @@ def _work_from(ctx: CostContext, lc: LayerCosts, n: np.ndarray, first: np.ndarra
     return RankWork(
         total_s=n * c(lc.u) + first * c(lc.e_first) + last * c(lc.e_last),
         forward_s=n * c(lc.u_fwd) + first * c(lc.emb_f) + last * c(lc.head_f),
-        weight_grad_s=n * c(lc.u_w),
+        weight_grad_s=n * c(lc.u_w) + last * c(lc.head_w),
         compute_s=n * c(lc.u_comp) + (first * c(lc.e_first) + last * c(lc.e_last)),
         tp_s=n * c(lc.u_tp), cp_s=n * c(lc.u_cp), ep_s=n * c(lc.u_ep),
         params=params, layers=n, fwd_window_s=n * c(lc.u_fwd), bwd_window_s=n * c(lc.u - lc.u_fwd),

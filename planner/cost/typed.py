@@ -80,6 +80,7 @@ class RankCosts:
     layer_ep_s: np.ndarray
     extra_s: np.ndarray  # (p,) embedding (rank 0) and head (last rank), forward + backward
     extra_fwd_s: np.ndarray  # (p,) their forward part
+    extra_w_s: np.ndarray  # (p,) their weight-gradient GEMMs in the W pass (the head's, on the last rank)
     layer_params: np.ndarray  # (K,) parameters of one layer of each type on one GPU
     layer_expert_params: np.ndarray  # (K,) the routed experts among them (their states shard differently)
     expert_shard: np.ndarray  # (1,) ranks ZeRO shards expert states over (evaluate.expert_shard)
@@ -98,6 +99,11 @@ class RankCosts:
     def layer_bubble_s(self) -> np.ndarray:
         """(p, K) T_F + T_B - T_W of one layer: the zero-bubble schedules' bubble unit (planner.layout.schedules)."""
         return self.layer_s - 2 * self.layer_w_s
+
+    @property
+    def extra_bubble_s(self) -> np.ndarray:
+        """(p,) T_F + T_B - T_W of the embedding / head on the end ranks."""
+        return self.extra_s - 2 * self.extra_w_s
 
 
 def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) -> RankCosts:
@@ -119,6 +125,7 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     lc0 = [per_gpu[g.name][0] for g in gpus]  # embedding/head costs do not depend on the layer type
     extra_s = np.array([float(first[r] * lc0[r].e_first[0] + last[r] * lc0[r].e_last[0]) for r in range(p)])
     extra_fwd = np.array([float(first[r] * lc0[r].emb_f[0] + last[r] * lc0[r].head_f[0]) for r in range(p)])
+    extra_w = np.array([float(last[r] * lc0[r].head_w[0]) for r in range(p)])
     layer_experts = np.array([lt.expert_params / (tp * ep) for lt in ctx.layer_types])
     layer_params = np.array([lt.dense_params / tp for lt in ctx.layer_types]) + layer_experts
     eshard = expert_shard(table)
@@ -146,7 +153,7 @@ def rank_costs(ctx: CostContext, row: dict[str, int], bw: comm.AxisBandwidth) ->
     return RankCosts(
         row=dict(row), gpu_names=[g.name for g in gpus], layer_s=grid("u"), layer_fwd_s=grid("u_fwd"), layer_w_s=grid("u_w"),
         layer_comp_s=grid("u_comp"), layer_tp_s=grid("u_tp"), layer_cp_s=grid("u_cp"), layer_ep_s=grid("u_ep"),
-        extra_s=extra_s, extra_fwd_s=extra_fwd, layer_params=layer_params, layer_expert_params=layer_experts,
+        extra_s=extra_s, extra_fwd_s=extra_fwd, extra_w_s=extra_w, layer_params=layer_params, layer_expert_params=layer_experts,
         expert_shard=eshard, extra_params=extra_params,
         layer_memory_bytes=layer_mem, fixed_memory_bytes=fixed, capacity_bytes=cap, contexts=rank_ctx,
         base=layer_costs(ctx, table, bw),
@@ -168,7 +175,7 @@ def evaluate_partition(ctx: CostContext, costs: RankCosts, counts: np.ndarray) -
     work = RankWork(
         total_s=per_rank(costs.layer_s) + costs.extra_s.reshape(1, p),
         forward_s=per_rank(costs.layer_fwd_s) + costs.extra_fwd_s.reshape(1, p),
-        weight_grad_s=per_rank(costs.layer_w_s),
+        weight_grad_s=per_rank(costs.layer_w_s) + costs.extra_w_s.reshape(1, p),
         compute_s=per_rank(costs.layer_comp_s) + costs.extra_s.reshape(1, p),
         tp_s=per_rank(costs.layer_tp_s), cp_s=per_rank(costs.layer_cp_s), ep_s=per_rank(costs.layer_ep_s),
         params=params, layers=layers, fwd_window_s=per_rank(costs.layer_fwd_s),

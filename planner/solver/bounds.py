@@ -119,8 +119,8 @@ def _cp_allgather_coeffs(bw: AxisBandwidth, tp: np.ndarray, cp: np.ndarray, worl
 
 
 def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world, cp_world):
-    """Per row: (layer time u, layer zero-bubble unit u - 2 u_w, embedding end e0, head end el) lower bounds per
-    micro-batch."""
+    """Per row: (layer time u, layer zero-bubble unit u - 2 u_w, embedding end e0, head end el, head end's
+    zero-bubble unit el - 2 x its weight-gradient GEMM) lower bounds per micro-batch."""
     tokens = (mb * ctx.workload.seq_len / cp).astype(float)
     counts = ctx.layer_type_counts().astype(float)
     u, ug = np.zeros(len(tp)), np.zeros(len(tp))
@@ -146,7 +146,7 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
         ug += wk * (np.minimum(*(t.fwd_s + t.bwd_s - 2 * t.wgrad_s for t in both)) + tp_exposed + cp_exposed)
     e0 = compute.embedding_time_s(ctx, tokens, tp)
     el = compute.head_time_s(ctx, tokens, tp)
-    return u, ug, e0, el
+    return u, ug, e0, el, el - 2 * compute.head_weight_grad_time_s(ctx, tokens, tp)
 
 
 def _p2p_transfer_bound_s(ctx: CostContext, pins: Pins, mb, tp, cp, pp, dp) -> np.ndarray:
@@ -187,7 +187,7 @@ def micro_batch_bounds(
     tp_world = np.where(bw.num_gpus % tp == 0, bw.num_gpus, tp * cp * pp * dp)
     cp_world = np.where(bw.num_gpus % (tp * cp) == 0, bw.num_gpus, tp * cp * pp * dp)
     first, inverse = distinct_rows(mb, tp, cp, ep, tp_world, cp_world)
-    u, ug, e0, el = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world,
+    u, ug, e0, el, elg = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world,
                                                                                             cp_world))))
     L = ctx.model.num_layers
     # The best split depends on pp and those three times only: once per distinct (combination, pp).
@@ -196,7 +196,7 @@ def micro_batch_bounds(
     split = StageSplit(*(x[again] for x in (part.n_first, part.n_mid, part.n_last, part.mid_trimmed)))
     single = pp == 1
     t_sum = L * u + e0 + el
-    g_sum = L * ug + e0 + el
+    g_sum = L * ug + e0 + elg
     t_max = np.maximum.reduce([split.n_first * u + e0, np.where(pp > 2, split.n_mid * u, 0.0), split.n_last * u + el])
     t_max = np.where(single, t_sum, t_max)
     # Each schedule's makespan at the lower bounds (g_max := t_max, see the module docstring) plus its exposed

@@ -50,7 +50,7 @@ def problem_of(ctx: CostContext, costs: RankCosts) -> PartitionProblem:
         layer_types=tuple(ctx.layer_type_of), layer_time_s=costs.layer_s, extra_time_s=costs.extra_s,
         layer_memory_bytes=costs.layer_memory_bytes, fixed_memory_bytes=costs.fixed_memory_bytes,
         capacity_bytes=costs.capacity_bytes, virtual_stages=row["v"], schedule=BY_CODE[row["sched"]].name,
-        num_microbatches=row["m"], layer_bubble_s=costs.layer_bubble_s, extra_bubble_s=costs.extra_s,
+        num_microbatches=row["m"], layer_bubble_s=costs.layer_bubble_s, extra_bubble_s=costs.extra_bubble_s,
     )
 
 
