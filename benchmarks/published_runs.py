@@ -179,6 +179,21 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"pp": 1, "cp": 1, "ep": 1, "zero": (2, 3), "recompute": ("none", "full"), "sequence_parallel": False},
         "workload": {"flash_attention": False, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
+    "composer-fsdp-2023": {
+        # MosaicML llm-foundry MPT benchmarks (scripts/train/benchmarking, 2023): Composer's FSDP1 FULL_SHARD over every
+        # GPU (ZeRO-3: one FlatParameter per MPTBlock, resharded after forward, all-gathered again for backward,
+        # gradients reduce-scattered after every micro-batch's backward: Composer's ddp_sync_context applies no_sync
+        # to DDP only), no TP/PP/CP/EP, activation checkpointing of whole blocks when stated, eager PyTorch.
+        # Attention: attn_impl 'triton' (submit_benchmarks.py default), MPT's Triton FlashAttention (flash-attn v1
+        # era): fused, causal blocks skipped. fp32 master weights under amp_bf16 and PURE alike (FSDP keeps the fp32
+        # FlatParameter shard; MixedPrecision param_dtype bf16 casts the gathered copy); DecoupledAdamW, a per-tensor
+        # loop over the flat shards (composer/optim/decoupled_weight_decay.py): AdamW's bytes; gradient-norm clipping
+        # 1.0 via FSDP clip_grad_norm_ (yamls). Gradient reduction dtype: fp32 with mixed_precision DEFAULT in
+        # Composer 0.16 (the runtime's default), bf16 with PURE (a gap on those cases).
+        "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full"),
+                     "sequence_parallel": False},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+    },
     "deepseek-v3-2024": {
         # DeepSeek-V3 report Sec. 3.2: PP + EP + ZeRO-1 DP, no TP; DualPipe and FP8 are gaps on the case.
         "features": {"schedule": ("1f1b", "interleaved", "zb-h1"), "zero": (0, 1), "cp": 1, "tp": 1},

@@ -14,9 +14,9 @@ from hardware_profiles.schema import _numeric_paths
 
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200", "b200", "gb200", "mi300x", "l40s", "cpu"]
 LINKS = ["nvlink3", "nvlink4", "nvlink5", "pcie-gen4", "pcie-gen5", "ib-hdr", "ib-ndr", "ib-xdr", "roce-400g",
-         "ethernet-100g", "loopback-gloo"]
+         "roce-200g", "ethernet-100g", "loopback-gloo"]
 CLUSTERS = ["dgx-a100", "dgx-h100", "hgx-h200", "gb200-nvl72", "pcie-4xl40s", "selene", "hetero-a100-h100",
-            "local-cpu", "dgx-h100-oversub"]
+            "local-cpu", "dgx-h100-oversub", "mosaicml-a100-80gb", "mosaicml-a100-40gb"]
 
 
 def test_required_names_exist():
@@ -59,6 +59,20 @@ def test_clusters_resolve_and_round_trip_json(name):
     back = hp.Cluster.model_validate_json(c.model_dump_json())
     assert back == c and back.fingerprint() == c.fingerprint()
     assert len(c.fingerprint()) == 64
+
+
+@pytest.mark.parametrize(("name", "gpu", "memory_gib"), [("mosaicml-a100-80gb", "a100-80gb", 80),
+                                                          ("mosaicml-a100-40gb", "a100-40gb", 40)])
+def test_mosaicml_a100_nodes_carry_the_stated_1600_gbps_roce(name, gpu, memory_gib):
+    """llm-foundry's benchmark tables: 'A100 80GB / 40GB with 1600 Gbps node-node interconnect (RoCE)', runs of
+    8 to 128 GPUs: 8 GPUs per node on NVLink, 8 x 200 Gb/s RoCE NICs per node, 16 nodes."""
+    c = hp.cluster(name, gpus=128)
+    node = c.host_groups[0].node
+    assert (c.num_nodes, c.gpus_per_node, node.gpu, node.scaleup_link) == (16, 8, gpu, "nvlink3")
+    nic = c.links[node.nic_link]
+    assert nic.kind == "roce" and node.nics * nic.bandwidth_Bps * 8 == pytest.approx(1600e9)
+    assert c.gpus[gpu].memory_bytes == memory_gib * 1024**3
+    assert hp.cluster(name, gpus=8).num_nodes == 1
 
 
 def test_sizes():

@@ -126,6 +126,45 @@ def test_torchtitan_tokens_per_second_gives_the_stated_mfu() -> None:
         assert 32.5 <= flops / (seconds * 989.4e12 * case.hardware.num_gpus) * 100 <= 39.5, case_id
 
 
+def _mpt_cases():
+    return [c for c in load_runs().cases if c.framework == "composer-fsdp-2023"]
+
+
+def test_llmfoundry_rows_reproduce_the_readme_mfu_and_num_params() -> None:
+    """llm-foundry's README: mfu = (6 N + 12 n_layers d_model s) tokens/s / (GPUs x GPU_AVAILABLE_FLOPS), with N
+    the table's NumParams; the model spec (learned positions, biases, tied head, vocab 50368) counts exactly N, and
+    the step time (global batch tokens / tokens per second) gives back the printed MFU."""
+    cases = _mpt_cases()
+    assert len(cases) >= 30
+    for case in cases:
+        model = build_model(case)
+        assert model.num_params() == case.model.params_table, case.id
+        seconds, _ = step_time_s(case, model)
+        assert seconds == pytest.approx(case.throughput["global_batch_tokens"] / case.throughput["tokens_per_s"])
+        peak = 989.5e12 if case.hardware.gpu.startswith("H100") else 312e12
+        per_token = 6.0 * model.num_params() + 12.0 * model.num_layers * model.hidden_size * case.model.seq_len
+        mfu = per_token * case.batch.global_batch_seqs * case.model.seq_len / (seconds * peak * case.hardware.num_gpus)
+        assert mfu * 100 == pytest.approx(case.throughput["mfu_pct"], abs=0.03), case.id
+
+
+def test_composer_fsdp_framework_maps_to_full_shard_fsdp_on_eager_pytorch() -> None:
+    """Composer FSDP FULL_SHARD: ZeRO-3 over every GPU, no TP/PP/CP/EP, eager PyTorch with fused attention; each
+    row pins its stated micro-batch and activation checkpointing, and only PURE rows (bf16 gradient reduction,
+    which the pytorch runtime cannot express) carry a gap."""
+    fw = FRAMEWORKS["composer-fsdp-2023"]
+    work = Workload(**fw["workload"])
+    assert (work.runtime, work.flash_attention, work.overlap_dp_comm) == ("pytorch", True, True)
+    assert {k: fw["features"][k] for k in ("tp", "pp", "cp", "ep", "zero")} == {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3}
+    for case in _mpt_cases():
+        pins = published_runs._pins(case)
+        assert (pins["tp"], pins["pp"], pins["dp"], pins["zero"]) == (1, 1, case.hardware.num_gpus, 3), case.id
+        assert pins["micro_batch"] == case.batch.micro_batch
+        assert pins["recompute"] == ("full" if "Checkpointing True" in case.recompute.setting else "none")
+        pure = case.throughput["mp_mode"] == "PURE"
+        assert [g.kind for g in case.gaps] == (["comm"] if pure else []), case.id
+        assert build_cluster(case).num_gpus == case.hardware.num_gpus
+
+
 def test_megatron_2025_formula_counts_active_experts_only() -> None:
     """A MoE layer's MLP term counts top_k (+ shared) experts: with one expert, top-1, it equals the dense model's."""
     case = _case("liu2025_table3_mixtral-8x22b_128gpu_mcore")
