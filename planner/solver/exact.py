@@ -30,7 +30,7 @@ get (`bands.least_high_for_shapes`), and rows are compared by their own score.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,23 +42,20 @@ from planner.layout.table import COLUMNS
 from planner.solver.bounds import (
     dp_bound_s,
     dp_option_bound_s,
-    micro_batch_bounds,
     optimistic_bw,
-    shape_bounds,
     state_memory_bound_bytes,
 )
+from planner.solver.prepared import Prepared, prepare
 from planner.solver.space import (
     Pins,
     SearchLimits,
     expand_pairs,
     expand_shapes,
     mesh_order_codes,
-    micro_batch_pairs,
     shape_candidates,
     space_of,
 )
-from planner.solver.visit import VisitOrder
-from planner.validation.bands import high_for_table, least_high_for_shapes
+from planner.validation.bands import high_for_table
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
 OBJECTIVES = ("expected", "pessimistic")
@@ -75,7 +72,7 @@ class SearchStats:
     micro_batches_bound_pruned: int = 0  # (shape, micro-batch) pairs of visited shapes skipped by their bound
     rows_evaluated: int = 0
     rows_bound_pruned: int = 0  # rows that fit but whose optimistic step time could not beat the K-th best
-    rows_skipped_by_bound: int = 0  # rows priced out before evaluation (bounds.dp_bound_s)
+    rows_skipped_by_bound: int = 0  # rows not evaluated: priced out (bounds.dp_bound_s) or their states do not fit
     options_skipped_by_bound: int = 0  # (shape, micro-batch, ZeRO) options priced out before their rows were built
     rows_feasible: int = 0
     proven_optimal: bool = False
@@ -162,6 +159,41 @@ def _exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidt
     return _take(table, rows), step[rows], score[rows], fits[rows]
 
 
+@dataclass
+class _Unbounded:
+    """A batch searched before any feasible row was known: its shapes and the least-memory row among those of
+    its rows that were evaluated (those whose model states fit): (position in the batch's rows, peak, row)."""
+
+    shapes: np.ndarray
+    least: tuple[int, float, dict[str, int]] | None = None
+
+
+def _least_memory(ctx: CostContext, prep: Prepared, unbounded: list[_Unbounded], cache: dict, stats: SearchStats):
+    """The least-memory row over every batch searched while no feasible row was known, the rows set aside
+    included, as evaluating each batch in full reports it: the first row of the least peak, in order. It is the
+    search's answer when nothing fits (the infeasible message names it). The set-aside rows are built again
+    (with a tally of their own: the rules' counts were taken the first time) and evaluated now."""
+    space = replace(prep.space, tally=Tally())
+    least: tuple[dict[str, int], float] | None = None
+    for r in unbounded:
+        pairs = prep.visit.pairs_of(r.shapes)
+        pairs = pairs[prep.visit.pair_lb[pairs] < np.inf]
+        table = expand_pairs(space, tuple(a[pairs] for a in prep.pair_cols), prep.pair_mb[pairs])
+        aside = np.nonzero(state_memory_bound_bytes(ctx, table) > ctx.memory_capacity_bytes)[0]
+        best = r.least
+        if len(aside):
+            sub = _take(table, aside)
+            peak = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))[1]
+            stats.rows_evaluated += len(aside)
+            stats.rows_skipped_by_bound -= len(aside)
+            j = int(np.argmin(peak))
+            if best is None or (peak[j], aside[j]) < (best[1], best[0]):
+                best = (int(aside[j]), float(peak[j]), {k: int(v[j]) for k, v in sub.items()})
+        if best is not None and (least is None or best[1] < least[1]):
+            least = (best[2], best[1])
+    return least
+
+
 def exact_search(
     ctx: CostContext, pins: Pins, limits: SearchLimits, top: int = 1, *, keep_all: bool = False,
     objective: str = "expected",
@@ -170,39 +202,19 @@ def exact_search(
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}; use one of {', '.join(OBJECTIVES)}")
     bw = AxisBandwidth(ctx.topology)
-    space = space_of(ctx, pins, limits)
-    shapes = shape_candidates(space)
-    stats = SearchStats(shapes_total=len(shapes[0]))
-    time_lb, mem_lb = shape_bounds(ctx, *shapes)
-    fits = np.nonzero(mem_lb <= ctx.memory_capacity_bytes)[0]
-    stats.shapes_memory_pruned = len(shapes[0]) - len(fits)
-    shapes = tuple(a[fits] for a in shapes)
-    time_lb = time_lb[fits]
-    if objective != "expected":  # bounds on the score: the least multiplier any layout of the shape gets
-        time_lb = time_lb * (1.0 + least_high_for_shapes(ctx, *shapes))
-    pair_shape, pair_mb = micro_batch_pairs(space, shapes)
-    pair_cols = tuple(a[pair_shape] for a in shapes)
-
-    def pair_bounds(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Bounds of the pairs `pairs`: on the score, on the step time, and the least score multiplier."""
-        cols = tuple(a[pairs] for a in pair_cols)
-        step = micro_batch_bounds(ctx, bw, pins, *cols, pair_mb[pairs], limits)
-        step = np.where(np.isfinite(step), step, 0.0)
-        mult = np.ones(len(pairs))  # the least score multiplier of each pair's layouts
-        score = step
-        if objective != "expected":
-            mult = 1.0 + least_high_for_shapes(ctx, *cols)
-            score = step * mult
-        return np.maximum(score, time_lb[pair_shape[pairs]]), step, mult
-
-    visit = VisitOrder(time_lb, pair_shape, pair_bounds)
-    stats.shapes_without_layout = len(fits) - visit.with_layout  # never evaluated
+    prep = prepare(ctx, pins, limits, objective)  # shapes, their bounds, pairs, visit order (prepared.py)
+    space, shapes, visit = prep.space, prep.shapes, prep.visit
+    pair_mb, pair_cols = prep.pair_mb, prep.pair_cols
+    stats = SearchStats(shapes_total=prep.shapes_total)
+    stats.shapes_memory_pruned = prep.shapes_total - len(shapes[0])
+    stats.shapes_without_layout = len(shapes[0]) - visit.with_layout  # never evaluated
     cache: dict = {}  # optimistic-pass coefficients, shared by the batches
 
     best: dict[str, np.ndarray] | None = None
     best_t = np.zeros(0)  # scores of the best rows (step times under the expected objective)
     best_step = np.zeros(0)
     least_mem: tuple[dict[str, int], float] | None = None
+    unbounded: list[_Unbounded] = []  # the batches searched while no feasible row was known, in order
     feasible_all: dict[str, np.ndarray] | None = None
     i = 0
     n_take = 4  # small first batch: the best shapes often settle the bound; then grow geometrically
@@ -235,17 +247,34 @@ def exact_search(
             stats.rows_skipped_by_bound += int((~keep_rows).sum())
             if not keep_rows.all():
                 table = _take(table, np.nonzero(keep_rows)[0])
+        n_sizing = len(table["dp"])  # what sizes the next batch: the rows as before the set-aside below
+        record = None
+        if not keep_all and not np.isfinite(kth):
+            # No feasible row known yet: rows whose model states alone do not fit are set aside unevaluated (they
+            # cannot fit); their memory is needed only if nothing fits at all (`_least_memory`).
+            fits_states = state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes
+            stats.rows_skipped_by_bound += int((~fits_states).sum())
+            record = _Unbounded(batch)
+            unbounded.append(record)
+            kept_at = np.nonzero(fits_states)[0]
+            if len(kept_at) < n_sizing:
+                table = _take(table, kept_at)
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
+        if n_sizing == 0:
+            continue
+        n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_sizing), 2 * n_take))
         if n_rows == 0:
             continue
-        n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_rows), 2 * n_take))
         # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact (and
         # computed first: only the rows that fit are timed), and a row whose optimistic step time is no better
         # than the K-th best needs no exact DP/PP query.
         ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
         stats.rows_evaluated += n_rows
         stats.rows_feasible += int(ok.sum())
+        if record is not None and not ok.all():
+            j = int(np.argmin(peak))
+            record.least = (int(kept_at[j]), float(peak[j]), {k: int(v[j]) for k, v in table.items()})
         if not ok.all():
             j = int(np.argmin(peak))
             if least_mem is None or peak[j] < least_mem[1]:
@@ -276,6 +305,8 @@ def exact_search(
     stats.proven_optimal = True
     if best is None:
         best = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}
+        if stats.rows_skipped_by_bound:  # rows set aside while no feasible row was known
+            least_mem = _least_memory(ctx, prep, unbounded, cache, stats)
     return SearchResult(table=best, step_time_s=best_step, stats=stats, score=best_t, best_infeasible=least_mem,
                         all_feasible=feasible_all, rejected=space.tally)
 
@@ -285,8 +316,6 @@ def brute_force(
 ) -> tuple[dict[str, np.ndarray], TableResult]:
     """Every layout of the space evaluated with no bounds (the test oracle); by default also the options the
     search leaves out as dominated, so the oracle checks those dominance arguments too."""
-    from dataclasses import replace
-
     limits = replace(limits, prune_dominated=not include_dominated)
     bw = AxisBandwidth(ctx.topology)
     space = space_of(ctx, pins, limits)
