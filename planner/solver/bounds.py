@@ -22,7 +22,9 @@ an unbounded overlap window and the capacity-only p2p cost of the pipeline group
 axis_collective_bound`, over the orders the search can build); the bound is the least over the schedules (and
 virtual-stage counts) the pins allow. The optimizer step adds at least that of a rank holding 1/pp of the
 parameters sharded over all of DP (fixed_costs.optimizer_step_s grows with the parameters held).
-Left out (each >= 0): EP exposure, recomputation, DP/FSDP exposure (bounded per row below).
+Left out (each >= 0): EP exposure, recomputation, DP/FSDP exposure (bounded per row below). Given a recompute
+policy (`micro_batch_bounds(..., rc=)`), the bound is over the layouts with that policy and adds its recomputed
+compute per layer (compute.recompute_time_s, the faster of SP on or off): exact.py bounds rows with it.
 
 Row bound before evaluation (`dp_bound_s`): once a row's ZeRO stage, sharding group and mesh order are known,
 its exposed DP/FSDP time has a lower bound from the one DP formula (comm.dp_time_s) for a rank with 1/pp of the
@@ -118,9 +120,10 @@ def _cp_allgather_coeffs(bw: AxisBandwidth, tp: np.ndarray, cp: np.ndarray, worl
     return _tiling_groups_exact(bw, "all_gather", cp, tp, world)
 
 
-def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world, cp_world):
+def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, ep, world, cp_world, rc):
     """Per row: (layer time u, layer zero-bubble unit u - 2 u_w, embedding end e0, head end el, head end's
-    zero-bubble unit el - 2 x its weight-gradient GEMM) lower bounds per micro-batch."""
+    zero-bubble unit el - 2 x its weight-gradient GEMM) lower bounds per micro-batch; `rc` the recompute policy
+    (code) of the rows, whose extra forward compute is added."""
     tokens = (mb * ctx.workload.seq_len / cp).astype(float)
     counts = ctx.layer_type_counts().astype(float)
     u, ug = np.zeros(len(tp)), np.zeros(len(tp))
@@ -142,8 +145,9 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
         cp_exposed = np.minimum(*(comm.cp_exposed_s(ctx, cp_f, t.attn_fwd_s)
                                   + comm.cp_exposed_s(ctx, cp_f, t.bwd_s / np.maximum(t.fwd_s, 1e-30) * t.attn_fwd_s)
                                   for t in both))
-        u += wk * (np.minimum(*(t.fwd_s + t.bwd_s for t in both)) + tp_exposed + cp_exposed)
-        ug += wk * (np.minimum(*(t.fwd_s + t.bwd_s - 2 * t.wgrad_s for t in both)) + tp_exposed + cp_exposed)
+        rec = np.minimum(*(compute.recompute_time_s(rc, t.fwd_s, t.attn_fwd_s) for t in both))
+        u += wk * (np.minimum(*(t.fwd_s + t.bwd_s for t in both)) + rec + tp_exposed + cp_exposed)
+        ug += wk * (np.minimum(*(t.fwd_s + t.bwd_s - 2 * t.wgrad_s for t in both)) + rec + tp_exposed + cp_exposed)
     e0 = compute.embedding_time_s(ctx, tokens, tp)
     el = compute.head_time_s(ctx, tokens, tp)
     return u, ug, e0, el, el - 2 * compute.head_weight_grad_time_s(ctx, tokens, tp)
@@ -175,20 +179,23 @@ def _p2p_transfer_bound_s(ctx: CostContext, pins: Pins, mb, tp, cp, pp, dp) -> n
 
 
 def micro_batch_bounds(
-    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb, limits: SearchLimits | None = None
+    ctx: CostContext, bw: AxisBandwidth, pins: Pins, tp, cp, pp, dp, ep, mb, limits: SearchLimits | None = None,
+    rc: np.ndarray | None = None,
 ) -> np.ndarray:
     """Step-time lower bound of every (shape, micro_batch) row over the remaining knobs (module docstring);
-    `limits` bounds the virtual stages tried (default `SearchLimits()`)."""
+    `limits` bounds the virtual stages tried (default `SearchLimits()`). With `rc` (a recompute policy code per
+    row) the bound is over the layouts with that policy only: it adds the least recomputation time."""
     limits = limits or SearchLimits()
+    rc = np.zeros(len(tp), dtype=np.int64) if rc is None else np.asarray(rc, dtype=np.int64)
     m = (ctx.workload.batch // (dp * mb)).astype(float)
     # A layer's bound depends on (micro-batch, tp, cp, ep) and, through the TP all-reduce, on the ranks in use
     # where tp does not tile the cluster (AxisBandwidth.columns): computed once per distinct combination (a
     # few hundred among ~10^5 rows on large clusters), element-wise as for every row, then gathered.
     tp_world = np.where(bw.num_gpus % tp == 0, bw.num_gpus, tp * cp * pp * dp)
     cp_world = np.where(bw.num_gpus % (tp * cp) == 0, bw.num_gpus, tp * cp * pp * dp)
-    first, inverse = distinct_rows(mb, tp, cp, ep, tp_world, cp_world)
+    first, inverse = distinct_rows(mb, tp, cp, ep, tp_world, cp_world, rc)
     u, ug, e0, el, elg = (x[inverse] for x in _layer_bounds(ctx, bw, pins, *(c[first] for c in (mb, tp, cp, ep, tp_world,
-                                                                                            cp_world))))
+                                                                                            cp_world, rc))))
     L = ctx.model.num_layers
     # The best split depends on pp and those three times only: once per distinct (combination, pp).
     at, again = distinct_rows(inverse + 1, pp)

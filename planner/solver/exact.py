@@ -1,5 +1,7 @@
 """Branch-and-bound over shapes and micro-batch sizes, vectorised evaluation inside: the proven optimum.
 
+Steps 1-3 depend on the input only and are shared by later searches of the same input (`prepared.prepare`).
+
 1. Enumerate every valid shape (tp, cp, pp, dp, ep) (`space.shape_candidates`).
 2. Bound each shape from below, vectorised over all shapes at once (`bounds.shape_bounds`): a FLOP bound on
    time and a fully sharded model-state bound on memory. Shapes whose memory bound exceeds the GPU cannot
@@ -10,14 +12,20 @@
    visit reaches (`visit.VisitOrder`: in increasing FLOP bound, as far as the next batch or the K-th best).
 4. Visit shapes in increasing bound; expand each batch of shapes to every knob combination of the pairs whose
    bound is below the K-th best step time found so far, drop the rows whose own bound cannot beat it either
-   (the pair's bound plus a lower bound of its exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options
-   of a pair are dropped before their rows are built, by the least of that over orders and schedules),
-   and evaluate the rest as one table in two passes: first with the DP and PP collectives at a capacity-only
-   cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and only the rows
-   that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only for the rows
-   that fit and whose first-pass time beats the K-th best, in increasing first-pass time and in growing
-   chunks, stopping once it passes the K-th best found so far (`_exact_pass`). Most exact DP/PP topology
-   queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked.
+   (the pair's bound with the row's recompute policy, `micro_batch_bounds(..., rc=)`, plus a lower bound of its
+   exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options of a pair are dropped before their rows are
+   built, by the least of that over orders and schedules) or whose model states alone do not fit (before any
+   feasible row is known these are only set aside: `_least_memory` evaluates them if nothing fits at all, for
+   the least-memory layout the infeasible message names), and evaluate the rest best-first (`_first_pass`):
+   in increasing row bound, in growing chunks, each in two passes: first with the DP and PP collectives at a
+   capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and
+   only the rows that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only
+   for the rows that fit and whose first-pass time can still beat the K-th best, in increasing first-pass time
+   and in growing chunks, stopping once it passes the K-th best found so far (`_exact_pass`). The K-th best
+   tightens after every chunk, so most rows of a batch are skipped by their bound. Most exact DP/PP topology
+   queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked. Rows are
+   ranked by score, then by arrival (visit order of their shapes, then table order): the top K is the one
+   evaluating every row in that order gives, whatever order they were evaluated in.
    Stop when the next shape's bound is no better than the K-th best: no unvisited layout can enter the top K.
    The result is exact under the cost model (`proven_optimal`); `brute_force` evaluates the same space
    without bounds and is the test oracle (tests/unit/test_search_oracle.py, test_search_bounds.py).
@@ -38,7 +46,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult, evaluate_fitting, evaluate_table
 from planner.layout.rules import Tally
-from planner.layout.table import COLUMNS
+from planner.layout.table import COLUMNS, RecomputeCode
 from planner.solver.bounds import (
     dp_bound_s,
     dp_option_bound_s,
@@ -159,6 +167,81 @@ def _exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidt
     return _take(table, rows), step[rows], score[rows], fits[rows]
 
 
+def _row_step_lb(prep: Prepared, pairs: np.ndarray, pair_step_lb: np.ndarray, source: np.ndarray,
+                 rc: np.ndarray) -> np.ndarray:
+    """Per row (of pair `pairs[source]`), its pair's step-time bound, over the layouts with the row's recompute
+    policy where that policy recomputes anything (`Prepared.recompute_step_lb`): never below the pair's."""
+    step_lb = pair_step_lb[source]
+    for code in np.unique(rc).tolist():
+        if code != RecomputeCode.NONE:
+            sel = np.nonzero(rc == code)[0]
+            step_lb[sel] = prep.recompute_step_lb(pairs[source[sel]], code)
+    return step_lb
+
+
+FIRST_PASS_CHUNK = 256  # rows of a batch's first chunk in the first pass (then doubling)
+
+
+def _merge_best(best, cand, top: int):
+    """The `top` best of the rows kept so far and new candidates, each (table, scores, step times, arrival
+    keys), by score and then arrival (the first of tied rows wins, as evaluating every row in order gives)."""
+    table, score, step, key = best
+    merged = _concat(table, cand[0])
+    merged_t, merged_step, merged_key = (np.concatenate([a, b]) for a, b in zip((score, step, key), cand[1:]))
+    keep = np.lexsort((merged_key, merged_t))[:top]
+    return _take(merged, keep), merged_t[keep], merged_step[keep], merged_key[keep]
+
+
+def _first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, row_lb: np.ndarray,
+                bw: AxisBandwidth, cache: dict, best, top: int, objective: str, stats: SearchStats):
+    """Evaluate one batch's rows (arrival keys `key`, own bounds `row_lb`) best-first: in increasing bound, in
+    growing chunks, each through the optimistic first pass and then `_exact_pass`, merging the results into
+    `best` (see `_merge_best`) so that the K-th best tightens before the next chunk. A row is skipped once its
+    bound, or its first-pass score, is above the K-th best found so far (not equal: a tie with an earlier
+    arrival would win); every row skipped has an exact score above the final K-th best, so the top K is the one
+    evaluating every row in order gives. Returns (best, least) where least is (peak, row index, row) of the
+    least-memory row that does not fit (the first of ties in table order), or None."""
+    n = len(row_lb)
+    row_lb = np.where(np.isnan(row_lb), -np.inf, row_lb)  # no bound known: evaluate it first
+    order = np.argsort(row_lb, kind="stable")
+    least: tuple[float, int, dict[str, int]] | None = None
+    start, size = 0, FIRST_PASS_CHUNK
+    while start < n:
+        scores = best[1]
+        kth = scores[top - 1] if len(scores) >= top else np.inf
+        chunk = order[start : start + size]
+        live = np.sort(chunk[row_lb[chunk] <= kth])
+        if not len(live):  # the rest are in increasing bound: none can beat the K-th best either
+            stats.rows_skipped_by_bound += n - start
+            break
+        stats.rows_skipped_by_bound += len(chunk) - len(live)
+        start, size = start + size, 2 * size
+        sub = _take(table, live)
+        ok, peak, res = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))
+        stats.rows_evaluated += len(live)
+        stats.rows_feasible += int(ok.sum())
+        if not ok.all():
+            j = int(np.argmin(peak))
+            if least is None or (peak[j], live[j]) < (least[0], least[1]):
+                least = (float(peak[j]), int(live[j]), {k: int(v[j]) for k, v in sub.items()})
+        if res is None:
+            continue
+        fit = np.nonzero(ok)[0]
+        sub = _take(sub, fit)
+        first_score = res.step_time_s * score_multiplier(ctx, sub, objective)
+        keep = first_score <= kth
+        stats.rows_bound_pruned += int(len(keep) - keep.sum())
+        if not keep.any():
+            continue
+        kept = np.nonzero(keep)[0]
+        sub = dict(_take(sub, kept), key=key[live[fit[kept]]])
+        done, step, score, ok = _exact_pass(ctx, sub, bw, first_score[kept], scores, top, objective)
+        at = np.nonzero(ok)[0]
+        cand = _take(done, at)
+        best = _merge_best(best, (cand, score[at], step[at], cand.pop("key")), top)
+    return best, least
+
+
 @dataclass
 class _Unbounded:
     """A batch searched before any feasible row was known: its shapes and the least-memory row among those of
@@ -213,6 +296,8 @@ def exact_search(
     best: dict[str, np.ndarray] | None = None
     best_t = np.zeros(0)  # scores of the best rows (step times under the expected objective)
     best_step = np.zeros(0)
+    best_key = np.zeros(0, dtype=np.int64)  # arrival order of the best rows: ties go to the earlier
+    batches = 0
     least_mem: tuple[dict[str, int], float] | None = None
     unbounded: list[_Unbounded] = []  # the batches searched while no feasible row was known, in order
     feasible_all: dict[str, np.ndarray] | None = None
@@ -238,15 +323,21 @@ def exact_search(
         if not keep_all and np.isfinite(kth):
             option_filter = _option_filter(ctx, space, stats, kth, cols, pair_mb[pairs], pair_step_lb, pair_mult)
         table, source = expand_pairs(space, cols, pair_mb[pairs], with_source=True, zero_filter=option_filter)
-        if not keep_all and len(source) and np.isfinite(kth):
-            # Rows whose own bound (their pair's plus their DP/FSDP exposure's) cannot beat the K-th best, or whose
-            # model states alone do not fit (once a feasible row is known: else the least-memory row is reported).
-            row_lb = (pair_step_lb[source] + dp_bound_s(ctx, table)) * score_multiplier(
-                ctx, table, objective)
+        key = np.arange(len(source), dtype=np.int64) + (batches << 32)  # the rows' arrival order (ties: first wins)
+        batches += 1
+        row_lb = None
+        if not keep_all and len(source):
+            # A row's own bound: its pair's (with its recompute policy) plus its DP/FSDP exposure's.
+            row_lb = (_row_step_lb(prep, pairs, pair_step_lb, source, table["rc"]) + dp_bound_s(ctx, table)) * (
+                score_multiplier(ctx, table, objective))
+        if row_lb is not None and np.isfinite(kth):
+            # Rows that cannot beat the K-th best, or whose model states alone do not fit (once a feasible row is
+            # known: else the least-memory row is reported).
             keep_rows = (row_lb < kth) & (state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes)
             stats.rows_skipped_by_bound += int((~keep_rows).sum())
             if not keep_rows.all():
-                table = _take(table, np.nonzero(keep_rows)[0])
+                at = np.nonzero(keep_rows)[0]
+                table, key, row_lb = _take(table, at), key[at], row_lb[at]
         n_sizing = len(table["dp"])  # what sizes the next batch: the rows as before the set-aside below
         record = None
         if not keep_all and not np.isfinite(kth):
@@ -258,7 +349,8 @@ def exact_search(
             unbounded.append(record)
             kept_at = np.nonzero(fits_states)[0]
             if len(kept_at) < n_sizing:
-                table = _take(table, kept_at)
+                table, key = _take(table, kept_at), key[kept_at]
+                row_lb = row_lb[kept_at] if row_lb is not None else None
         stats.shapes_evaluated += len(batch)
         n_rows = len(table["dp"])
         if n_sizing == 0:
@@ -266,42 +358,35 @@ def exact_search(
         n_take = int(min(max(1, BATCH_ROWS * len(batch) // n_sizing), 2 * n_take))
         if n_rows == 0:
             continue
-        # First pass: DP and PP collectives at their optimistic (capacity-only) cost. Memory is exact (and
-        # computed first: only the rows that fit are timed), and a row whose optimistic step time is no better
-        # than the K-th best needs no exact DP/PP query.
-        ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
-        stats.rows_evaluated += n_rows
-        stats.rows_feasible += int(ok.sum())
-        if record is not None and not ok.all():
-            j = int(np.argmin(peak))
-            record.least = (int(kept_at[j]), float(peak[j]), {k: int(v[j]) for k, v in table.items()})
-        if not ok.all():
-            j = int(np.argmin(peak))
-            if least_mem is None or peak[j] < least_mem[1]:
-                least_mem = ({k: int(v[j]) for k, v in table.items()}, float(peak[j]))
-        if res is None:
-            continue
-        table = _take(table, np.nonzero(ok)[0])
         if keep_all:
+            ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
+            stats.rows_evaluated += n_rows
+            stats.rows_feasible += int(ok.sum())
+            if not ok.all():
+                j = int(np.argmin(peak))
+                if least_mem is None or peak[j] < least_mem[1]:
+                    least_mem = ({k: int(v[j]) for k, v in table.items()}, float(peak[j]))
+            if res is None:
+                continue
+            table = _take(table, np.nonzero(ok)[0])
             res = evaluate_table(ctx, table, bw)  # second pass: exact, every row
             step, score, ok = res.step_time_s, res.step_time_s * score_multiplier(ctx, table, objective), res.fits
-        else:
-            first_score = res.step_time_s * score_multiplier(ctx, table, objective)
-            keep_rows = first_score < kth
-            stats.rows_bound_pruned += int(len(keep_rows) - keep_rows.sum())
-            if not keep_rows.any():
-                continue
-            kept = np.nonzero(keep_rows)[0]
-            table, step, score, ok = _exact_pass(ctx, _take(table, kept), bw, first_score[kept], best_t, top, objective)
-        cand = _take(table, np.nonzero(ok)[0])
-        if keep_all:
+            cand = _take(table, np.nonzero(ok)[0])
             cand_all = dict(cand, step_time_ms=(res.step_time_s[ok] * 1e3), peak=res.peak_memory_bytes[ok])
             feasible_all = cand_all if feasible_all is None else {k: np.concatenate([feasible_all[k], cand_all[k]]) for k in cand_all}
-        merged = _concat(best, cand)
-        merged_t = np.concatenate([best_t, score[ok]])
-        merged_step = np.concatenate([best_step, step[ok]])
-        keep = np.lexsort((np.arange(len(merged_t)), merged_t))[:top]
-        best, best_t, best_step = _take(merged, keep), merged_t[keep], merged_step[keep]
+            best, best_t, best_step, best_key = _merge_best((best, best_t, best_step, best_key),
+                                                            (cand, score[ok], step[ok], np.zeros(int(ok.sum()))), top)
+            continue
+        # First pass, in increasing row bound and in growing chunks, so that the K-th best tightens while the
+        # batch is evaluated (`_first_pass`).
+        found, least = _first_pass(ctx, table, key, row_lb, bw, cache, (best, best_t, best_step, best_key), top,
+                                   objective, stats)
+        best, best_t, best_step, best_key = found
+        if least is not None:
+            if record is not None:
+                record.least = (int(kept_at[least[1]]), least[0], least[2])
+            if least_mem is None or least[0] < least_mem[1]:
+                least_mem = (least[2], least[0])
     stats.proven_optimal = True
     if best is None:
         best = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}

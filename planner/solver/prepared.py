@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import astuple, dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import astuple, dataclass, replace
 
 import numpy as np
 
@@ -46,6 +46,9 @@ class Prepared:
     pair_mb: np.ndarray
     pair_cols: tuple[np.ndarray, ...]
     visit: VisitOrder
+    recompute_step_lb: Callable[[np.ndarray, int], np.ndarray]
+    """(pairs, recompute code) -> the pairs' step-time bounds over the layouts with that recompute policy
+    (`bounds.micro_batch_bounds(..., rc=)`), computed once per pair and policy, as the visit's bounds are."""
 
 
 _CACHE: OrderedDict[Hashable, Prepared] = OrderedDict()
@@ -78,8 +81,7 @@ def prepare(ctx: CostContext, pins: Pins, limits: SearchLimits, objective: str) 
         _CACHE.move_to_end(key)
     space = copy.copy(hit.space)
     space.tally = copy.deepcopy(hit.space.tally)
-    return Prepared(space, hit.shapes_total, hit.shapes, hit.time_lb, hit.pair_shape, hit.pair_mb, hit.pair_cols,
-                    hit.visit)
+    return replace(hit, space=space)
 
 
 def clear() -> None:
@@ -114,4 +116,15 @@ def _build(ctx: CostContext, pins: Pins, limits: SearchLimits, objective: str) -
         return np.maximum(score, time_lb[pair_shape[pairs]]), step, mult
 
     visit = VisitOrder(time_lb, pair_shape, pair_bounds)
-    return Prepared(space, shapes_total, shapes, time_lb, pair_shape, pair_mb, pair_cols, visit)
+    with_recompute: dict[int, np.ndarray] = {}  # per recompute code: each pair's bound (NaN: not computed yet)
+
+    def recompute_step_lb(pairs: np.ndarray, code: int) -> np.ndarray:
+        known = with_recompute.setdefault(code, np.full(len(pair_shape), np.nan))
+        new = np.unique(pairs[np.isnan(known[pairs])])
+        if len(new):
+            cols = tuple(a[new] for a in pair_cols)
+            step = micro_batch_bounds(ctx, bw, pins, *cols, pair_mb[new], limits, rc=np.full(len(new), code))
+            known[new] = np.where(np.isfinite(step), step, 0.0)
+        return known[pairs]
+
+    return Prepared(space, shapes_total, shapes, time_lb, pair_shape, pair_mb, pair_cols, visit, recompute_step_lb)
