@@ -179,7 +179,7 @@ def _row_step_lb(prep: Prepared, pairs: np.ndarray, pair_step_lb: np.ndarray, so
     return step_lb
 
 
-FIRST_PASS_CHUNK = 256  # rows of a batch's first chunk in the first pass (then doubling)
+FIRST_PASS_CHUNK = 512  # rows in a batch's first chunk (then doubling): smaller skips more rows, pays more calls
 
 
 def _merge_best(best, cand, top: int):
