@@ -16,12 +16,12 @@ Steps 1-3 depend on the input only and are shared by later searches of the same 
    exposed DP/FSDP time, `bounds.dp_bound_s`; whole ZeRO options of a pair are dropped before their rows are
    built, by the least of that over orders and schedules) or whose model states alone do not fit (before any
    feasible row is known these are only set aside: `_least_memory` evaluates them if nothing fits at all, for
-   the least-memory layout the infeasible message names), and evaluate the rest best-first (`_first_pass`):
+   the least-memory layout the infeasible message names), and evaluate the rest best-first (`passes.first_pass`):
    in increasing row bound, in growing chunks, each in two passes: first with the DP and PP collectives at a
    capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and
    only the rows that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only
    for the rows that fit and whose first-pass time can still beat the K-th best, in increasing first-pass time
-   and in growing chunks, stopping once it passes the K-th best found so far (`_exact_pass`). The K-th best
+   and in growing chunks, stopping once it passes the K-th best found so far (`passes.exact_pass`). The K-th best
    tightens after every chunk, so most rows of a batch are skipped by their bound. Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked. Rows are
    ranked by score, then by arrival (visit order of their shapes, then table order): the top K is the one
@@ -53,6 +53,11 @@ from planner.solver.bounds import (
     optimistic_bw,
     state_memory_bound_bytes,
 )
+from planner.solver.passes import exact_pass as _exact_pass  # noqa: F401 (its tests import it from here)
+from planner.solver.passes import first_pass as _first_pass
+from planner.solver.passes import merge_best as _merge_best
+from planner.solver.passes import score_multiplier
+from planner.solver.passes import take as _take
 from planner.solver.prepared import Prepared, prepare
 from planner.solver.space import (
     Pins,
@@ -63,7 +68,6 @@ from planner.solver.space import (
     shape_candidates,
     space_of,
 )
-from planner.validation.bands import high_for_table
 
 BATCH_ROWS = 60_000  # rows evaluated per numpy batch: large enough to amortise Python, small for memory
 OBJECTIVES = ("expected", "pessimistic")
@@ -99,23 +103,6 @@ class SearchResult:
     rejected: Tally = field(default_factory=Tally, repr=False)  # what the rules removed (the infeasible message)
 
 
-def _take(table: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-    return {k: v[idx] for k, v in table.items()}
-
-
-def _concat(a: dict[str, np.ndarray] | None, b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    if a is None:
-        return b
-    return {k: np.concatenate([a[k], b[k]]) for k in COLUMNS}
-
-
-def score_multiplier(ctx: CostContext, table: dict[str, np.ndarray], objective: str) -> np.ndarray | float:
-    """What a row's step time is multiplied by to rank it under `objective` (module docstring)."""
-    if objective == "expected":
-        return 1.0
-    return 1.0 + high_for_table(ctx, table)
-
-
 def _option_filter(ctx: CostContext, space, stats: SearchStats, kth: float, shapes: tuple[np.ndarray, ...],
                    mb: np.ndarray, step_lb: np.ndarray, mult: np.ndarray):
     """`expand_pairs`'s ZeRO-option filter for the (shape, micro-batch) pairs (`shapes`, `mb`, their step-time
@@ -137,36 +124,6 @@ def _option_filter(ctx: CostContext, space, stats: SearchStats, kth: float, shap
     return keep
 
 
-def _exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth, lower: np.ndarray,
-                best_t: np.ndarray, top: int, objective: str):
-    """The second pass: exact step times of the rows whose first-pass score `lower` (never above their exact
-    score) can still beat the K-th best, visited in increasing `lower` in growing chunks, so that the K-th best
-    tightens while they are evaluated. A row left out has `lower` above a K-th best already found (of
-    `best_t`, the scores kept so far, and the rows evaluated here), so its exact score is above the final K-th
-    best too: it can neither enter the top K nor tie with it, and the top K (ties broken by order) is the one
-    evaluating every row gives. Every formula is per row: a row's numbers do not depend on its chunk.
-    Returns the evaluated rows in table order: (table, step times, scores, fits)."""
-    n = len(lower)
-    order = np.argsort(lower, kind="stable")
-    step, score = np.full(n, np.nan), np.full(n, np.inf)
-    fits, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    seen = np.sort(best_t)
-    kth = seen[top - 1] if len(seen) >= top else np.inf
-    pos, size = 0, max(2 * top, 32)
-    while pos < n and lower[order[pos]] <= kth:
-        chunk = order[pos : pos + size]
-        chunk = np.sort(chunk[lower[chunk] <= kth])
-        sub = _take(table, chunk)
-        res = evaluate_table(ctx, sub, bw)
-        step[chunk], fits[chunk], done[chunk] = res.step_time_s, res.fits, True
-        score[chunk] = res.step_time_s * score_multiplier(ctx, sub, objective)
-        seen = np.sort(np.concatenate([seen, score[chunk][res.fits]]))
-        kth = seen[top - 1] if len(seen) >= top else np.inf
-        pos, size = pos + size, 2 * size
-    rows = np.nonzero(done)[0]
-    return _take(table, rows), step[rows], score[rows], fits[rows]
-
-
 def _row_step_lb(prep: Prepared, pairs: np.ndarray, pair_step_lb: np.ndarray, source: np.ndarray,
                  rc: np.ndarray) -> np.ndarray:
     """Per row (of pair `pairs[source]`), its pair's step-time bound, over the layouts with the row's recompute
@@ -177,69 +134,6 @@ def _row_step_lb(prep: Prepared, pairs: np.ndarray, pair_step_lb: np.ndarray, so
             sel = np.nonzero(rc == code)[0]
             step_lb[sel] = prep.recompute_step_lb(pairs[source[sel]], code)
     return step_lb
-
-
-FIRST_PASS_CHUNK = 512  # rows in a batch's first chunk (then doubling): smaller skips more rows, pays more calls
-
-
-def _merge_best(best, cand, top: int):
-    """The `top` best of the rows kept so far and new candidates, each (table, scores, step times, arrival
-    keys), by score and then arrival (the first of tied rows wins, as evaluating every row in order gives)."""
-    table, score, step, key = best
-    merged = _concat(table, cand[0])
-    merged_t, merged_step, merged_key = (np.concatenate([a, b]) for a, b in zip((score, step, key), cand[1:]))
-    keep = np.lexsort((merged_key, merged_t))[:top]
-    return _take(merged, keep), merged_t[keep], merged_step[keep], merged_key[keep]
-
-
-def _first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, row_lb: np.ndarray,
-                bw: AxisBandwidth, cache: dict, best, top: int, objective: str, stats: SearchStats):
-    """Evaluate one batch's rows (arrival keys `key`, own bounds `row_lb`) best-first: in increasing bound, in
-    growing chunks, each through the optimistic first pass and then `_exact_pass`, merging the results into
-    `best` (see `_merge_best`) so that the K-th best tightens before the next chunk. A row is skipped once its
-    bound, or its first-pass score, is above the K-th best found so far (not equal: a tie with an earlier
-    arrival would win); every row skipped has an exact score above the final K-th best, so the top K is the one
-    evaluating every row in order gives. Returns (best, least) where least is (peak, row index, row) of the
-    least-memory row that does not fit (the first of ties in table order), or None."""
-    n = len(row_lb)
-    row_lb = np.where(np.isnan(row_lb), -np.inf, row_lb)  # no bound known: evaluate it first
-    order = np.argsort(row_lb, kind="stable")
-    least: tuple[float, int, dict[str, int]] | None = None
-    start, size = 0, FIRST_PASS_CHUNK
-    while start < n:
-        scores = best[1]
-        kth = scores[top - 1] if len(scores) >= top else np.inf
-        chunk = order[start : start + size]
-        live = np.sort(chunk[row_lb[chunk] <= kth])
-        if not len(live):  # the rest are in increasing bound: none can beat the K-th best either
-            stats.rows_skipped_by_bound += n - start
-            break
-        stats.rows_skipped_by_bound += len(chunk) - len(live)
-        start, size = start + size, 2 * size
-        sub = _take(table, live)
-        ok, peak, res = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))
-        stats.rows_evaluated += len(live)
-        stats.rows_feasible += int(ok.sum())
-        if not ok.all():
-            j = int(np.argmin(peak))
-            if least is None or (peak[j], live[j]) < (least[0], least[1]):
-                least = (float(peak[j]), int(live[j]), {k: int(v[j]) for k, v in sub.items()})
-        if res is None:
-            continue
-        fit = np.nonzero(ok)[0]
-        sub = _take(sub, fit)
-        first_score = res.step_time_s * score_multiplier(ctx, sub, objective)
-        keep = first_score <= kth
-        stats.rows_bound_pruned += int(len(keep) - keep.sum())
-        if not keep.any():
-            continue
-        kept = np.nonzero(keep)[0]
-        sub = dict(_take(sub, kept), key=key[live[fit[kept]]])
-        done, step, score, ok = _exact_pass(ctx, sub, bw, first_score[kept], scores, top, objective)
-        at = np.nonzero(ok)[0]
-        cand = _take(done, at)
-        best = _merge_best(best, (cand, score[at], step[at], cand.pop("key")), top)
-    return best, least
 
 
 @dataclass
@@ -378,7 +272,7 @@ def exact_search(
                                                             (cand, score[ok], step[ok], np.zeros(int(ok.sum()))), top)
             continue
         # First pass, in increasing row bound and in growing chunks, so that the K-th best tightens while the
-        # batch is evaluated (`_first_pass`).
+        # batch is evaluated (`passes.first_pass`).
         found, least = _first_pass(ctx, table, key, row_lb, bw, cache, (best, best_t, best_step, best_key), top,
                                    objective, stats)
         best, best_t, best_step, best_key = found

@@ -1,0 +1,135 @@
+"""A batch of search rows through the two evaluation passes, best-first (the inner loop of `exact.exact_search`).
+
+`first_pass` takes a batch's rows in increasing own bound, in growing chunks: the optimistic first pass
+(`cost.evaluate.evaluate_fitting` with `bounds.optimistic_bw`: exact memory, DP/PP collectives at a
+capacity-only cost), then the exact pass (`exact_pass`) for the rows that can still beat the K-th best; the
+K-th best tightens after every chunk, so most rows of a batch are never evaluated. `merge_best` keeps the top K
+by score, then arrival (ties go to the row that comes first in the visit), so the order rows are evaluated
+in never changes the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.cost.comm import AxisBandwidth
+from planner.cost.context import CostContext
+from planner.cost.evaluate import evaluate_fitting, evaluate_table
+from planner.layout.table import COLUMNS
+from planner.solver.bounds import optimistic_bw
+from planner.validation.bands import high_for_table
+
+if TYPE_CHECKING:
+    from planner.solver.exact import SearchStats
+
+
+def take(table: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[idx] for k, v in table.items()}
+
+
+def concat(a: dict[str, np.ndarray] | None, b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if a is None:
+        return b
+    return {k: np.concatenate([a[k], b[k]]) for k in COLUMNS}
+
+
+def score_multiplier(ctx: CostContext, table: dict[str, np.ndarray], objective: str) -> np.ndarray | float:
+    """What a row's step time is multiplied by to rank it under `objective` (exact.py's module docstring)."""
+    if objective == "expected":
+        return 1.0
+    return 1.0 + high_for_table(ctx, table)
+
+
+def exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth, lower: np.ndarray,
+                best_t: np.ndarray, top: int, objective: str):
+    """The second pass: exact step times of the rows whose first-pass score `lower` (never above their exact
+    score) can still beat the K-th best, visited in increasing `lower` in growing chunks, so that the K-th best
+    tightens while they are evaluated. A row left out has `lower` above a K-th best already found (of
+    `best_t`, the scores kept so far, and the rows evaluated here), so its exact score is above the final K-th
+    best too: it can neither enter the top K nor tie with it, and the top K (ties broken by order) is the one
+    evaluating every row gives. Every formula is per row: a row's numbers do not depend on its chunk.
+    Returns the evaluated rows in table order: (table, step times, scores, fits)."""
+    n = len(lower)
+    order = np.argsort(lower, kind="stable")
+    step, score = np.full(n, np.nan), np.full(n, np.inf)
+    fits, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    seen = np.sort(best_t)
+    kth = seen[top - 1] if len(seen) >= top else np.inf
+    pos, size = 0, max(2 * top, 32)
+    while pos < n and lower[order[pos]] <= kth:
+        chunk = order[pos : pos + size]
+        chunk = np.sort(chunk[lower[chunk] <= kth])
+        sub = take(table, chunk)
+        res = evaluate_table(ctx, sub, bw)
+        step[chunk], fits[chunk], done[chunk] = res.step_time_s, res.fits, True
+        score[chunk] = res.step_time_s * score_multiplier(ctx, sub, objective)
+        seen = np.sort(np.concatenate([seen, score[chunk][res.fits]]))
+        kth = seen[top - 1] if len(seen) >= top else np.inf
+        pos, size = pos + size, 2 * size
+    rows = np.nonzero(done)[0]
+    return take(table, rows), step[rows], score[rows], fits[rows]
+
+
+FIRST_PASS_CHUNK = 512  # rows in a batch's first chunk (then doubling): smaller skips more rows, pays more calls
+
+
+def merge_best(best, cand, top: int):
+    """The `top` best of the rows kept so far and new candidates, each (table, scores, step times, arrival
+    keys), by score and then arrival (the first of tied rows wins, as evaluating every row in order gives)."""
+    table, score, step, key = best
+    merged = concat(table, cand[0])
+    merged_t, merged_step, merged_key = (np.concatenate([a, b]) for a, b in zip((score, step, key), cand[1:]))
+    keep = np.lexsort((merged_key, merged_t))[:top]
+    return take(merged, keep), merged_t[keep], merged_step[keep], merged_key[keep]
+
+
+def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, row_lb: np.ndarray,
+                bw: AxisBandwidth, cache: dict, best, top: int, objective: str, stats: SearchStats):
+    """Evaluate one batch's rows (arrival keys `key`, own bounds `row_lb`) best-first: in increasing bound, in
+    growing chunks, each through the optimistic first pass and then `exact_pass`, merging the results into
+    `best` (see `merge_best`) so that the K-th best tightens before the next chunk. A row is skipped once its
+    bound, or its first-pass score, is above the K-th best found so far (not equal: a tie with an earlier
+    arrival would win); every row skipped has an exact score above the final K-th best, so the top K is the one
+    evaluating every row in order gives. Returns (best, least) where least is (peak, row index, row) of the
+    least-memory row that does not fit (the first of ties in table order), or None."""
+    n = len(row_lb)
+    row_lb = np.where(np.isnan(row_lb), -np.inf, row_lb)  # no bound known: evaluate it first
+    order = np.argsort(row_lb, kind="stable")
+    least: tuple[float, int, dict[str, int]] | None = None
+    start, size = 0, FIRST_PASS_CHUNK
+    while start < n:
+        scores = best[1]
+        kth = scores[top - 1] if len(scores) >= top else np.inf
+        chunk = order[start : start + size]
+        live = np.sort(chunk[row_lb[chunk] <= kth])
+        if not len(live):  # the rest are in increasing bound: none can beat the K-th best either
+            stats.rows_skipped_by_bound += n - start
+            break
+        stats.rows_skipped_by_bound += len(chunk) - len(live)
+        start, size = start + size, 2 * size
+        sub = take(table, live)
+        ok, peak, res = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))
+        stats.rows_evaluated += len(live)
+        stats.rows_feasible += int(ok.sum())
+        if not ok.all():
+            j = int(np.argmin(peak))
+            if least is None or (peak[j], live[j]) < (least[0], least[1]):
+                least = (float(peak[j]), int(live[j]), {k: int(v[j]) for k, v in sub.items()})
+        if res is None:
+            continue
+        fit = np.nonzero(ok)[0]
+        sub = take(sub, fit)
+        first_score = res.step_time_s * score_multiplier(ctx, sub, objective)
+        keep = first_score <= kth
+        stats.rows_bound_pruned += int(len(keep) - keep.sum())
+        if not keep.any():
+            continue
+        kept = np.nonzero(keep)[0]
+        sub = dict(take(sub, kept), key=key[live[fit[kept]]])
+        done, step, score, ok = exact_pass(ctx, sub, bw, first_score[kept], scores, top, objective)
+        at = np.nonzero(ok)[0]
+        cand = take(done, at)
+        best = merge_best(best, (cand, score[at], step[at], cand.pop("key")), top)
+    return best, least
