@@ -361,12 +361,13 @@ def unexplained_gain_pct(case: PublishedRun, gain_pct: float, predicted_s: float
 
     No reason: the whole gain. `knob`: the pick's gain with that setting (or each listed setting) held at its
     published value (what the pick gains by other means); `pp` holds the published pipeline size, so a layout the
-    source measured slower (a deep pipeline where data parallelism fits) is not counted against the model. `faster_case`: the claim (with the knob
-    held, when the reason has both) beyond the speed-up the source measured for its fastest alternative (ratios, so
-    the model's common bias cancels); `fastest_measured` follows the chain of faster cases, since a run measured
-    faster than the faster case is measured faster than this one too. A faster case at another batch (the same
-    layout at the batch it was sized for) is compared per sequence: the claim is a time per sequence too, and one
-    at this batch beyond what the hardware measured at the larger batch would be the model's doing."""
+    source measured slower (a deep pipeline where data parallelism fits) is not counted against the model.
+    `faster_case`: the claim (with the knobs held, when the reason has both) beyond the speed-up the source
+    measured for its fastest alternative (ratios, so the model's common bias cancels); `fastest_measured` follows
+    the chain of faster cases, since a run measured faster than the faster case is measured faster than this one
+    too. A faster case at another batch (the same layout at the batch it was sized for) is compared per sequence:
+    the claim is a time per sequence too, and one at this batch beyond what the hardware measured at the larger
+    batch would be the model's doing."""
     why = case.known_suboptimal
     if why is None or not gain_pct > GAIN_BAR_PCT:
         return gain_pct
