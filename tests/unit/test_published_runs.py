@@ -10,6 +10,7 @@ the source prints next to its times; and that the cross-validation harness split
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -314,6 +315,14 @@ def test_a_two_knob_reason_holds_both_published_settings_in_one_search() -> None
     assert left == pytest.approx(100 * (31.0 / 30.0 - 1))
 
 
+def _held_search(step_s: float, asked: list[dict]):
+    """A stand-in for the benchmark's `best_s`: records the features it was asked with and answers `step_s`."""
+    def best_s(**features):
+        asked.append(features)
+        return None, SimpleNamespace(prediction=SimpleNamespace(step_time_s=step_s))
+    return best_s
+
+
 def test_a_pp_reason_holds_the_published_pipeline_and_judges_the_rest_against_the_measured_speed_up() -> None:
     """Qi et al. 2024 1.5B, 1F1B, 24 micro-batches on 8 A100 (tp1 pp8 dp1): Narayanan et al. 2021 Figure 14 measured
     deeper pipelines with less data parallelism slower, and Qi's Table 4 measured ZB-2p faster on the same layout.
@@ -321,12 +330,7 @@ def test_a_pp_reason_holds_the_published_pipeline_and_judges_the_rest_against_th
     case = _case("qi2024_zb_1.5B_m24_1f1b")
     assert (case.known_suboptimal.knob, case.parallelism.pp) == ("pp", 8)
     asked: list[dict] = []
-
-    def held_at(step_s: float):
-        def best_s(**features):
-            asked.append(features)
-            return None, SimpleNamespace(prediction=SimpleNamespace(step_time_s=step_s))
-        return best_s
+    held_at = partial(_held_search, asked=asked)
 
     published = step_time_s(case, build_model(case))[0]
     faster = _case(case.known_suboptimal.faster_case)
@@ -359,12 +363,7 @@ def test_a_faster_case_at_the_layouts_own_batch_is_compared_per_sequence() -> No
     case = _case("bloom2022_176B_384gpu_gbs16")
     assert case.known_suboptimal.faster_case == "bloom2022_176B_384gpu_gbs2048"
     held: list[dict] = []
-
-    def held_at(step_s: float):
-        def best_s(**features):
-            held.append(features)
-            return None, SimpleNamespace(prediction=SimpleNamespace(step_time_s=step_s))
-        return best_s
+    held_at = partial(_held_search, asked=held)
 
     published = step_time_s(case, build_model(case))[0]
     assert published == pytest.approx(15.23)
