@@ -29,25 +29,37 @@ def cpu_env() -> dict[str, str]:
     return env
 
 
+PORT_TAKEN = "Address already in use"
+
+
 def torchrun(nproc: int, args: list[str], *, timeout_s: float, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`torchrun --nproc-per-node nproc ARGS` (one node, c10d rendezvous on 127.0.0.1:free port)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        str(nproc),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{free_port()}",
-        "--local-addr",
-        "127.0.0.1",
-        *args,
-    ]
-    return subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=timeout_s)
+    """`torchrun --nproc-per-node nproc ARGS` (one node, c10d rendezvous on 127.0.0.1:free port).
+
+    A free port is only free when it is picked: torchrun picks the workers' store port the same way and rank 0
+    binds it a second or two later, after importing torch, so a process launched beside it (the other test
+    worker's torchrun) can take it first, and rank 0 then fails with EADDRINUSE. That race is the launcher's,
+    not the code under test: such a launch is retried once, on new ports; any other failure is returned."""
+    for attempt in range(2):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(nproc),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            "--local-addr",
+            "127.0.0.1",
+            *args,
+        ]
+        proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode == 0 or PORT_TAKEN not in proc.stderr or attempt:
+            return proc
+    return proc
 
 
 def tail(proc: subprocess.CompletedProcess, chars: int = 4000) -> str:
