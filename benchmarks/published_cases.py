@@ -153,6 +153,7 @@ class ParallelismBlock(_Notes):
     schedule: Literal[SCHEDULE_NAMES] | None = None  # type: ignore[valid-type]
     vpp: int | None = None
     zero: int | None = None
+    dp_shard: int | None = Field(None, gt=0, description="ZeRO-3 sharding group when smaller than DP (HSDP); None: all of DP.")
     sequence_parallel: bool | None = None
 
 

@@ -154,6 +154,23 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2, 3), "ep": 1},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
+    "torchtitan-2024-04": {
+        # TorchTitan of April 2024 (1ea476e9f, docs/performance.md's A100 tables): FSDP2 fully_shard per block (ZeRO-3,
+        # MixedPrecisionPolicy param bf16 / reduce fp32) and DTensor TP with sequence parallelism; pipeline and context
+        # parallelism had not landed yet. AC none / full per block, or torchtitan's own selective modes (per-op, every
+        # k-th layer: gaps on those cases). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
+        "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full")},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+    },
+    "fms-fsdp-2024": {
+        # IBM fms-fsdp (7746dac, the PyTorch FSDP blog of 2024-03-13): FSDP1 FULL_SHARD or HYBRID_SHARD (ZeRO-3 over
+        # all of DP or over a node), no TP/PP/CP/EP, whole-block activation checkpointing (every block, or every k-th:
+        # a gap), SDPA flash attention v2, eager (use_torch_compile False), AdamW (foreach). Its bf16 gradient
+        # reduction and FSDP1's flat parameters are gaps on every case.
+        "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full"),
+                     "sequence_parallel": False},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+    },
     "meta-llama3-2024": {
         # Llama 3 paper Sec. 3.3.2: FSDP without reshard after forward, TP, all-gather CP, interleaved PP.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (1, 2, 3), "ep": 1},
@@ -239,6 +256,8 @@ def _stated(case: PublishedRun) -> dict[str, Any]:
             stated["sequence_parallel"] = par.sequence_parallel
         if case.recompute.policy:
             stated["recompute"] = case.recompute.policy
+        if par.dp_shard:
+            stated["dp_shard"] = par.dp_shard
     if case.batch.micro_batch:
         stated["micro_batch"] = case.batch.micro_batch
     return stated

@@ -16,7 +16,8 @@ GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200", "b200
 LINKS = ["nvlink3", "nvlink4", "nvlink5", "pcie-gen4", "pcie-gen5", "ib-hdr", "ib-ndr", "ib-xdr", "roce-400g",
          "roce-200g", "ethernet-100g", "loopback-gloo"]
 CLUSTERS = ["dgx-a100", "dgx-h100", "hgx-h200", "gb200-nvl72", "pcie-4xl40s", "selene", "hetero-a100-h100",
-            "local-cpu", "dgx-h100-oversub", "mosaicml-a100-80gb", "mosaicml-a100-40gb"]
+            "local-cpu", "dgx-h100-oversub", "mosaicml-a100-80gb", "mosaicml-a100-40gb", "ibm-a100-400g",
+            "ibm-h100-800g"]
 
 
 def test_required_names_exist():
@@ -169,3 +170,14 @@ def test_no_torch_and_no_planner_import():
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("name", "gpus", "gpu", "gbps"), [("ibm-a100-400g", 128, "a100-80gb", 400),
+                                                           ("ibm-h100-800g", 96, "h100-sxm", 800)])
+def test_ibm_fsdp_blog_clusters_carry_the_stated_inter_node_bandwidth(name, gpus, gpu, gbps):
+    """The PyTorch FSDP blog (IBM and Meta, 2024-03): 'an A100 cluster with 128 GPUs and 400Gbps inter-node
+    interconnect, and an H100 cluster with 96 GPUs and 800Gbps inter-node interconnect', 8 GPUs per node."""
+    c = hp.cluster(name, gpus=gpus)
+    node = c.host_groups[0].node
+    assert (c.num_nodes, c.gpus_per_node, node.gpu) == (gpus // 8, 8, gpu)
+    assert node.nics * c.links[node.nic_link].bandwidth_Bps * 8 == pytest.approx(gbps * 1e9)
