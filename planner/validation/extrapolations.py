@@ -3,7 +3,8 @@
 A prediction is only as good as the runs its cost model was checked on (records.py). For a plan this module
 lists, in words a user can act on, where it leaves that envelope:
 
-- a GPU family or a runtime with no validated run;
+- a GPU family or a runtime with no validated run, or a runtime whose validated runs never used the plan's
+  TP, PP or CP;
 - more GPUs than the largest validated run of the GPU family;
 - a deeper pipeline than any validated run, or a schedule no validated run used;
 - TP beyond one NVLink domain when no validated run did that;
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 from planner.validation.bands import gpu_family
 from planner.validation.records import ValidatedRun, load_validated_runs
+
+PARALLEL_DIMS = ("tp", "pp", "cp")
+"""Model-parallel dimensions a runtime's validated runs must have used before its plans with them count as covered."""
 
 CP_TOKENS_SLACK = 2.0
 """A validated CP run covers a plan whose tokens per CP rank are at least 1/2 of its own."""
@@ -44,8 +48,13 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
     out: list[str] = []
     if not same_family:
         out.append(f"{name} GPUs: no validated run on this GPU family (its error band comes from other families)")
-    if not any(r.runtime == runtime for r in runs):
+    same_runtime = [r for r in runs if r.runtime == runtime]
+    if not same_runtime:
         out.append(f"runtime {runtime}: no validated run on this training stack")
+    for dim in PARALLEL_DIMS:  # a runtime validated only on other layouts (e.g. FSDP alone) does not vouch for these
+        used = [r for r in runs if getattr(r, dim) > 1]  # none at all: the dimension's own line below speaks
+        if same_runtime and getattr(layout, dim) > 1 and used and not any(r.runtime == runtime for r in used):
+            out.append(f"runtime {runtime} with {dim} > 1: no validated run on this training stack used {dim}")
     if same_family:
         largest = max(same_family, key=lambda r: r.gpus)
         if gpus > largest.gpus:

@@ -123,3 +123,28 @@ def test_plans_carry_band_and_extrapolations_through_json() -> None:
     assert again == plan and again.prediction.extrapolations == plan.prediction.extrapolations
     hi = plan.prediction.error_band.high
     assert plan.prediction.pessimistic_step_time_s == pytest.approx(plan.prediction.step_time_s * (1 + hi))
+
+
+def test_a_runtime_validated_without_model_parallelism_does_not_cover_tp_pp_or_cp() -> None:
+    """Validated PyTorch runs that are all FSDP alone (tp = pp = cp = 1) make 'runtime pytorch' validated, but a
+    TP4 PP4 pytorch plan still lies outside them: each dimension no run of that runtime used is named; a Megatron
+    run with TP and PP covers nothing of the pytorch stack's."""
+    fsdp_only = [run(id=f"fsdp{i}", runtime="pytorch", tp=1, zero=3, gpus=64) for i in range(5)]
+    megatron = [run(id="mega", tp=8, pp=8, cp=2, schedule="interleaved")]
+    ctx = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-h100", gpus=64),
+                       Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="pytorch"))
+    lay = Layout(dp=4, tp=4, pp=4, num_microbatches=16, schedule="interleaved", virtual_stages=2)
+    got = extrapolations(ctx, lay, mfu=0.40, runs=fsdp_only + megatron)
+    assert not any(g.startswith("runtime pytorch: no validated run") for g in got)
+    assert "runtime pytorch with tp > 1: no validated run on this training stack used tp" in got
+    assert "runtime pytorch with pp > 1: no validated run on this training stack used pp" in got
+    assert not any("with cp > 1" in g for g in got)  # the plan uses no CP
+    # CP that no validated run of any stack used: its own line says so, not a second runtime line
+    got = extrapolations(ctx, Layout(dp=4, tp=4, cp=4, num_microbatches=16), mfu=0.40, runs=fsdp_only)
+    assert any(g.startswith("cp=4 at 8,192 tokens") for g in got) and not any("with cp > 1" in g for g in got)
+    # FSDP alone, as validated: nothing said about the runtime
+    got = extrapolations(ctx, Layout(dp=64, zero=3, dp_shard=64, num_microbatches=8), mfu=0.40, runs=fsdp_only + megatron)
+    assert not any(g.startswith("runtime pytorch") for g in got)
+    # with no pytorch run at all, the one runtime line, not one per dimension
+    got = extrapolations(ctx, lay, mfu=0.40, runs=megatron)
+    assert [g for g in got if g.startswith("runtime pytorch")] == ["runtime pytorch: no validated run on this training stack"]
