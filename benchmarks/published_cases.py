@@ -153,7 +153,9 @@ class ParallelismBlock(_Notes):
     schedule: Literal[SCHEDULE_NAMES] | None = None  # type: ignore[valid-type]
     vpp: int | None = None
     zero: int | None = None
-    dp_shard: int | None = Field(None, gt=0, description="ZeRO-3 sharding group when smaller than DP (HSDP); None: all of DP.")
+    dp_shard: int | None = Field(None, gt=0, description="ZeRO-3 sharding group: DP for full sharding (FSDP FULL_SHARD), "
+                                 "less for HSDP; None: not stated (the benchmark searches the group, as for any "
+                                 "unstated knob).")
     sequence_parallel: bool | None = None
 
 
