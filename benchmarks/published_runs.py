@@ -190,6 +190,17 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                      # after both GEMMs (131bd43e, 2022-06, megatron/mpu/layers.py line 333): no async all-reduce
                      "async_tp_backward": False},
     },
+    "megatron-deepspeed-2022-02": {
+        # BigScience's tr11 design runs of February 2022 (chronicles-prequel.md, before 02-28): the same fork with
+        # fp16 and DeepSpeed's ZeRO stage-1 optimizer instead of BF16_Optimizer. The pipeline engine calls its
+        # reduce_gradients at the flush (engine.py allreduce_gradients, DeepSpeed 2151c787a), which reduce-scatters
+        # the fp16 gradients (stage_1_and_2.py: reduce_scatter=True, communication_data_type float16; overlap_comm
+        # off in the run's config); the layer split is partition_method 'type:transformer' (published_partitions).
+        "features": {"schedule": ("1f1b", "gpipe"), "zero": (0, 1), "recompute": ("none", "full"), "sequence_parallel": False,
+                     "cp": 1, "ep": 1},
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
+                     "zero1_grad_allreduce": False, "async_tp_backward": False},
+    },
     "metaseq-2022": {
         # OPT (metaseq opt_baselines.py): FSDP (ZeRO-2-like without reshard after forward) + Megatron TP, no SP, no
         # PP, activation checkpointing, unfused attention (2022).

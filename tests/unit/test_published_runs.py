@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import published_runs  # noqa: E402
 import validation  # noqa: E402
 from published_cases import KnownSuboptimal, build_cluster, build_model, load_runs, source_key  # noqa: E402
-from published_partitions import framework_builds  # noqa: E402
+from published_partitions import PARTITION_RULES, deepspeed_type_partition, framework_builds, rule_partition  # noqa: E402
 from published_runs import FRAMEWORKS  # noqa: E402
 from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
 
@@ -502,3 +502,39 @@ def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps()
         pins = published_runs._pins(case)
         assert (pins["tp"], pins["pp"], pins["dp"], pins["dp_shard"]) == (1, 1, 64, 64)
         assert any(g.kind == "hardware" for g in case.gaps), case.id
+
+
+# Decoder layers per stage from DeepSpeed's own partition_balanced (deepspeed/runtime/utils.py at 2151c787a,
+# 2022-02-18), run on the weights PipelineModule._partition_layers gives GPTModelPipe's specs under
+# partition_method 'type:transformer' (False) or 'type:transformer|embedding' (True).
+DEEPSPEED_SPLITS = {
+    (72, 6, False): (12,) * 6,  # the tr11 prequel's tp8 pp6 rows
+    (72, 12, False): (6,) * 12,  # tp4 pp12
+    (72, 24, False): (3,) * 24,  # tp2 pp24
+    (78, 12, False): (7,) * 11 + (1,),  # chronicles-prequel 'Re-do': "the last stage has 1 block, while the rest have 7"
+    (70, 12, False): (6,) * 11 + (4,),
+    (70, 12, True): (5,) + (6,) * 10 + (5,),  # BLOOM (tr11-176B-ml.slurm: --pp-partition-method 'type:transformer|embedding')
+    (106, 12, True): (8,) + (9,) * 10 + (8,),  # the prequel's first 'type:transformer|embed' shape (02-27)
+    (4, 3, False): (1, 1, 2),  # the probe searches windows of len(specs) // pp specs: not a plain greedy fill
+    (14, 5, True): (2, 3, 3, 3, 3),
+    (72, 12, True): None,  # DeepSpeed leaves the last stage without a decoder layer: meshplan cannot express it
+}
+
+
+@pytest.mark.parametrize(("shape", "split"), DEEPSPEED_SPLITS.items(), ids=[f"{s[0]}L-pp{s[1]}-emb{int(s[2])}" for s in DEEPSPEED_SPLITS])
+def test_deepspeed_type_partition_reproduces_deepspeeds_split(shape: tuple[int, int, bool], split: tuple[int, ...] | None) -> None:
+    layers, pp, embeddings = shape
+    assert deepspeed_type_partition(layers, pp, embeddings) == split
+    if split is not None:
+        assert sum(split) == layers and len(split) == pp
+
+
+def test_megatron_deepspeed_releases_split_as_their_partition_method_says() -> None:
+    """BLOOM's launch script passes 'type:transformer|embedding'; the fork hard-coded 'type:transformer' before
+    2022-02-28, when the tr11 prequel's design runs were measured. DeepSpeed's pipeline does not interleave."""
+    assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022"], 70, 12, 1) == (5,) + (6,) * 10 + (5,)
+    assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022-02"], 72, 24, 1) == (3,) * 24
+    assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022-02"], 72, 6, 2) is None
+    for framework in ("megatron-deepspeed-2022", "megatron-deepspeed-2022-02"):
+        assert framework in FRAMEWORKS
+
