@@ -44,6 +44,8 @@ CASES = {
     # 6.2B from -4.0 to +0.2 %, 1.5B from +7.0 to +1.1 % (its head stage no longer priced at GPT-2's vocabulary).
     "qi2024_zb_6.2B_m32_1f1b": ((-5.0, 5.0), None),
     "qi2024_zb_1.5B_m24_1f1b": ((-5.0, 5.0), None),  # the source's split, first and last stage one layer fewer
+    # BigScience's tr11 design run that BLOOM's layout came from (fp16, DeepSpeed's 'type:transformer' split).
+    "bigscience2022_prequel_181B_384gpu_tp4_pp12_mbs2_0225": ((-5.0, 0.0), None),
 }
 
 
@@ -538,3 +540,18 @@ def test_megatron_deepspeed_releases_split_as_their_partition_method_says() -> N
     for framework in ("megatron-deepspeed-2022", "megatron-deepspeed-2022-02"):
         assert framework in FRAMEWORKS
 
+
+def test_tr11_prequel_rows_are_one_days_fp16_layout_sweep_held_out() -> None:
+    """The prequel's same-day TP-vs-PP sweep: one model, fp16 ZeRO-1 (reduce-scattered 16-bit gradients, unlike
+    BLOOM's BF16_Optimizer), every layout at DP 8 on 384 GPUs; held out of every fit."""
+    rows = _cases_of("bigscience2022_tr11_prequel")
+    assert len(rows) == 7
+    assert {(c.parallelism.tp, c.parallelism.pp) for c in rows} == {(8, 6), (4, 12), (2, 24)}
+    for c in rows:
+        assert c.framework == "megatron-deepspeed-2022-02" and c.precision == "fp16" and c.recompute.policy == "full"
+        assert (c.parallelism.dp, c.hardware.num_gpus, c.batch.global_batch_seqs) == (8, 384, 2048)
+        assert (c.model.layers, c.model.hidden, c.model.heads, c.model.vocab) == (72, 14336, 64, 250880)
+        assert c.step_time.value == c.throughput["iteration_time_s"] and f"{c.step_time.value:.2f}" in c.source.quote
+        assert validation.part_of(c) == validation.HELD_OUT
+    work = published_runs.workload(rows[0])
+    assert work.dtype == "fp16" and work.runtime == "megatron" and not work.zero1_grad_allreduce
