@@ -44,17 +44,17 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import TableResult, evaluate_fitting, evaluate_table
+from planner.cost.evaluate import TableResult, evaluate_table
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS, RecomputeCode
 from planner.solver.bounds import (
     dp_bound_s,
     dp_option_bound_s,
-    optimistic_bw,
     state_memory_bound_bytes,
 )
 from planner.solver.passes import exact_pass as _exact_pass  # noqa: F401 (its tests import it from here)
 from planner.solver.passes import first_pass as _first_pass
+from planner.solver.passes import fitting_pass as _fitting_pass
 from planner.solver.passes import merge_best as _merge_best
 from planner.solver.passes import score_multiplier
 from planner.solver.passes import take as _take
@@ -160,12 +160,11 @@ def _least_memory(ctx: CostContext, prep: Prepared, unbounded: list[_Unbounded],
         best = r.least
         if len(aside):
             sub = _take(table, aside)
-            peak = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))[1]
-            stats.rows_evaluated += len(aside)
+            worst = _fitting_pass(ctx, sub, cache, stats)[2]  # their states do not fit: neither do they
             stats.rows_skipped_by_bound -= len(aside)
-            j = int(np.argmin(peak))
-            if best is None or (peak[j], aside[j]) < (best[1], best[0]):
-                best = (int(aside[j]), float(peak[j]), {k: int(v[j]) for k, v in sub.items()})
+            peak, j = worst
+            if best is None or (peak, aside[j]) < (best[1], best[0]):
+                best = (int(aside[j]), peak, {k: int(v[j]) for k, v in sub.items()})
         if best is not None and (least is None or best[1] < least[1]):
             least = (best[2], best[1])
     return least
@@ -253,13 +252,9 @@ def exact_search(
         if n_rows == 0:
             continue
         if keep_all:
-            ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
-            stats.rows_evaluated += n_rows
-            stats.rows_feasible += int(ok.sum())
-            if not ok.all():
-                j = int(np.argmin(peak))
-                if least_mem is None or peak[j] < least_mem[1]:
-                    least_mem = ({k: int(v[j]) for k, v in table.items()}, float(peak[j]))
+            ok, res, worst = _fitting_pass(ctx, table, cache, stats)
+            if worst is not None and (least_mem is None or worst[0] < least_mem[1]):
+                least_mem = ({k: int(v[worst[1]]) for k, v in table.items()}, worst[0])
             if res is None:
                 continue
             table = _take(table, np.nonzero(ok)[0])

@@ -72,6 +72,19 @@ def exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth
     return take(table, rows), step[rows], score[rows], fits[rows]
 
 
+def fitting_pass(ctx: CostContext, table: dict[str, np.ndarray], cache: dict, stats: SearchStats):
+    """The optimistic first pass over `table` (`evaluate_fitting` with `bounds.optimistic_bw`: exact memory, DP/PP
+    collectives at a capacity-only cost), counted in `stats`. Returns (fits, result for the rows that fit or None,
+    least) where least is (peak, index) of the first least-memory row when some row does not fit, else None."""
+    ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
+    stats.rows_evaluated += len(ok)
+    stats.rows_feasible += int(ok.sum())
+    if ok.all():
+        return ok, res, None
+    j = int(np.argmin(peak))
+    return ok, res, (float(peak[j]), j)
+
+
 FIRST_PASS_CHUNK = 512  # rows in a batch's first chunk (then doubling): smaller skips more rows, pays more calls
 
 
@@ -110,13 +123,11 @@ def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, 
         stats.rows_skipped_by_bound += len(chunk) - len(live)
         start, size = start + size, 2 * size
         sub = take(table, live)
-        ok, peak, res = evaluate_fitting(ctx, sub, optimistic_bw(ctx.topology, sub, cache))
-        stats.rows_evaluated += len(live)
-        stats.rows_feasible += int(ok.sum())
-        if not ok.all():
-            j = int(np.argmin(peak))
-            if least is None or (peak[j], live[j]) < (least[0], least[1]):
-                least = (float(peak[j]), int(live[j]), {k: int(v[j]) for k, v in sub.items()})
+        ok, res, worst = fitting_pass(ctx, sub, cache, stats)
+        if worst is not None:
+            peak, j = worst
+            if least is None or (peak, live[j]) < (least[0], least[1]):
+                least = (peak, int(live[j]), {k: int(v[j]) for k, v in sub.items()})
         if res is None:
             continue
         fit = np.nonzero(ok)[0]
