@@ -52,7 +52,6 @@ from planner.solver.bounds import (
     dp_option_bound_s,
     state_memory_bound_bytes,
 )
-from planner.solver.passes import exact_pass as _exact_pass  # noqa: F401 (its tests import it from here)
 from planner.solver.passes import first_pass as _first_pass
 from planner.solver.passes import fitting_pass as _fitting_pass
 from planner.solver.passes import merge_best as _merge_best

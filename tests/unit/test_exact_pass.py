@@ -1,4 +1,4 @@
-"""The search's second pass (`exact._exact_pass`: exact times in increasing first-pass bound, stopping once the
+"""The search's second pass (`passes.exact_pass`: exact times in increasing first-pass bound, stopping once the
 bound passes the K-th best) keeps exactly the top K that evaluating every row gives, ties included."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from planner.cost.evaluate import evaluate_fitting, evaluate_table
 from planner.layout import Workload
 from planner.model import preset
 from planner.solver.bounds import optimistic_bw
-from planner.solver.exact import _exact_pass, _take, score_multiplier
+from planner.solver.passes import exact_pass as _exact_pass
+from planner.solver.passes import score_multiplier
+from planner.solver.passes import take as _take
 from planner.solver.space import Pins, SearchLimits, expand_shapes, shape_candidates, space_of
 
 
