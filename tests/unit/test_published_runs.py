@@ -530,7 +530,7 @@ def test_automodel_rows_give_back_the_table_throughput(case) -> None:
 def test_automodel_rows_pin_the_table_layout_and_carry_their_gaps() -> None:
     """Llama 3 70B: CP 2 x FSDP 32 (ZeRO-3, micro-batch 1), compiled; its bf16 gradient reduction (comm), FSDP over
     DP x CP (layout), attention/MLP-only checkpointing (recompute) and the missing clipping (optimizer) are gaps.
-    DeepSeek-V3: PP 4 interleaved x EP 64, one reduction per step (ZeRO-1 under torch pipelining); TE kernels
+    DeepSeek-V3: PP 4 interleaved x EP 64, one reduction per schedule (ZeRO-1 under torch pipelining); TE kernels
     (runtime), DeepEP under the fake balanced gate (comm) and plain Adam without clipping (optimizer) are gaps. The
     source is held out of the cross-validation refit."""
     assert validation.SPLIT["nemo_automodel_perf"] == validation.HELD_OUT
@@ -543,7 +543,8 @@ def test_automodel_rows_pin_the_table_layout_and_carry_their_gaps() -> None:
         case = _case(f"automodel_dgxh100_deepseek-v3_pp4ep64_{gpus}gpu")
         pins = published_runs._pins(case)
         assert (pins["tp"], pins["pp"], pins["dp"], pins["ep"], pins["zero"], pins["schedule"]) == (1, 4, dp, 64, 1, "interleaved")
-        assert {g.kind for g in case.gaps} == {"runtime", "comm", "optimizer"}
+        # the 1024-GPU row's 4 schedules per step and ep_shard-sharded experts are a layout gap (GA 1 at 256 GPUs)
+        assert {g.kind for g in case.gaps} == {"runtime", "comm", "optimizer"} | ({"layout"} if gpus == 1024 else set())
         assert build_cluster(case).num_gpus == gpus
     for case in _cases_of("nemo_automodel_perf"):
         assert case.runtime == "pytorch-compile" and case.hardware.cluster == "dgx-h100"
