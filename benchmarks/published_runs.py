@@ -171,6 +171,15 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                      "sequence_parallel": False},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
+    "automodel-2025": {
+        # NVIDIA NeMo AutoModel (docs/performance-summary.md, Oct 2025 - Apr 2026), PyTorch-native: FSDP2 fully_shard per
+        # decoder layer, DTensor TP, torch context_parallel (all-gather of K/V, load-balanced chunks), torch.distributed
+        # .pipelining (1F1B, interleaved 1F1B), EP with DeepEP dispatch; activation checkpointing of whole blocks (or of
+        # attention and MLP apart under torch.compile). Kernels per case (Transformer Engine, SDPA, torch.compile): each
+        # case names its runtime and its gaps.
+        "features": {"schedule": ("1f1b", "interleaved"), "zero": (1, 2, 3), "recompute": ("none", "full")},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch-compile"},
+    },
     "meta-llama3-2024": {
         # Llama 3 paper Sec. 3.3.2: FSDP without reshard after forward, TP, all-gather CP, interleaved PP.
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (1, 2, 3), "ep": 1},

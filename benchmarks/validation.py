@@ -50,6 +50,7 @@ SPLIT: dict[str, str] = {
     "liu2025_moe_folding": HELD_OUT, "llama3_2024": HELD_OUT, "opt2022": HELD_OUT, "deepseek_v3_2024": HELD_OUT,
     "mosaicml_llmfoundry_mpt": HELD_OUT,
     "ibm_fms_fsdp_2024": HELD_OUT, "torchtitan_a100_2024": HELD_OUT,
+    "nemo_automodel_perf": HELD_OUT,
 }
 NOT_FITTED_FRAMEWORKS = frozenset({"deepspeed-2021-zero3"})  # a 2021 runtime meshplan does not model (issue decision)
 

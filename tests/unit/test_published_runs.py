@@ -506,6 +506,50 @@ def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps()
         assert any(g.kind == "hardware" for g in case.gaps), case.id
 
 
+def _automodel_llama3_flop_per_token(case) -> float:
+    """NeMo AutoModel's llama3_flops per token (nemo_automodel/components/utils/flops_utils.py at 2013a4dd6): causal
+    attention counted at half, the LM head at 6 V h."""
+    m = build_model(case)
+    layers, h, s = m.num_layers, m.hidden_size, case.model.seq_len
+    return layers * h * h * (12 + 12 * m.num_kv_heads / m.num_heads + 18 * m.ffn_hidden_size / h + 6 * s / h
+                             + 6 * m.vocab_size / (layers * h))
+
+
+@pytest.mark.parametrize("case", _cases_of("nemo_automodel_perf"), ids=lambda c: c.id)
+def test_automodel_rows_give_back_the_table_throughput(case) -> None:
+    """The stated time per global step gives back the table's tokens/s/GPU (the table rounds both); the Llama row's
+    Model TFLOPs/sec/GPU follows from AutoModel's own FLOP formula with the spec's shapes."""
+    step_s = step_time_s(case, build_model(case))[0]
+    tokens_per_gpu_s = case.batch.global_batch_seqs * case.model.seq_len / (step_s * case.hardware.num_gpus)
+    assert tokens_per_gpu_s == pytest.approx(case.throughput["tokens_per_gpu_s"], rel=1.5e-3)
+    if case.model.preset == "llama3-70b":
+        tflops = _automodel_llama3_flop_per_token(case) * tokens_per_gpu_s / 1e12
+        assert tflops == pytest.approx(case.throughput["model_tflops_per_gpu"], abs=1.0)
+
+
+def test_automodel_rows_pin_the_table_layout_and_carry_their_gaps() -> None:
+    """Llama 3 70B: CP 2 x FSDP 32 (ZeRO-3, micro-batch 1), compiled; its bf16 gradient reduction (comm), FSDP over
+    DP x CP (layout), attention/MLP-only checkpointing (recompute) and the missing clipping (optimizer) are gaps.
+    DeepSeek-V3: PP 4 interleaved x EP 64, one reduction per schedule (ZeRO-1 under torch pipelining); TE kernels
+    (runtime), DeepEP under the fake balanced gate (comm) and plain Adam without clipping (optimizer) are gaps. The
+    source is held out of the cross-validation refit."""
+    assert validation.SPLIT["nemo_automodel_perf"] == validation.HELD_OUT
+    assert Workload(**FRAMEWORKS["automodel-2025"]["workload"]).runtime == "pytorch-compile"
+    llama = _case("automodel_dgxh100_llama3-70b_cp2_64gpu")
+    pins = published_runs._pins(llama)
+    assert (pins["tp"], pins["pp"], pins["dp"], pins["cp"], pins["zero"], pins["dp_shard"], pins["micro_batch"]) == (1, 1, 32, 2, 3, 32, 1)
+    assert {g.kind for g in llama.gaps} == {"comm", "layout", "recompute", "optimizer"}
+    for gpus, dp in ((256, 64), (1024, 256)):
+        case = _case(f"automodel_dgxh100_deepseek-v3_pp4ep64_{gpus}gpu")
+        pins = published_runs._pins(case)
+        assert (pins["tp"], pins["pp"], pins["dp"], pins["ep"], pins["zero"], pins["schedule"]) == (1, 4, dp, 64, 1, "interleaved")
+        # the 1024-GPU row's 4 schedules per step and ep_shard-sharded experts are a layout gap (GA 1 at 256 GPUs)
+        assert {g.kind for g in case.gaps} == {"runtime", "comm", "optimizer"} | ({"layout"} if gpus == 1024 else set())
+        assert build_cluster(case).num_gpus == gpus
+    for case in _cases_of("nemo_automodel_perf"):
+        assert case.runtime == "pytorch-compile" and case.hardware.cluster == "dgx-h100"
+
+
 # Decoder layers per stage from DeepSpeed's own partition_balanced (deepspeed/runtime/utils.py at 2151c787a,
 # 2022-02-18), run on the weights PipelineModule._partition_layers gives GPTModelPipe's specs under
 # partition_method 'type:transformer' (False) or 'type:transformer|embedding' (True).

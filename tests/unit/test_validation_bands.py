@@ -148,3 +148,23 @@ def test_a_runtime_validated_without_model_parallelism_does_not_cover_tp_pp_or_c
     # with no pytorch run at all, the one runtime line, not one per dimension
     got = extrapolations(ctx, lay, mfu=0.40, runs=megatron)
     assert [g for g in got if g.startswith("runtime pytorch")] == ["runtime pytorch: no validated run on this training stack"]
+
+
+def test_a_validated_compiled_cp_run_vouches_for_neither_eager_pytorch_nor_tp_or_pp() -> None:
+    """A validated pytorch-compile run with CP 2 x FSDP (the shape of NeMo AutoModel's Llama 3 70B row, were its gaps
+    closed) validates that stack's CP, not the eager `pytorch` runtime of `meshplan run` (the default), and not TP or
+    PP on its own stack: those lines stay, the CP line goes."""
+    compiled_cp = [run(id="cp2", runtime="pytorch-compile", tp=1, cp=2, zero=3, gpus=64, seq_len=8192)]
+    megatron = [run(id="mega", tp=8, pp=8, cp=2, schedule="interleaved")]
+    cluster = hardware_profiles.cluster("dgx-h100", gpus=64)
+    lay = Layout(dp=2, tp=4, pp=4, cp=2, num_microbatches=16, schedule="interleaved", virtual_stages=2)
+    eager = make_context(preset("llama3-70b"), cluster, Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="pytorch"))
+    got = extrapolations(eager, lay, mfu=0.40, runs=compiled_cp + megatron)
+    assert "runtime pytorch: no validated run on this training stack" in got
+    compiled = make_context(preset("llama3-70b"), cluster,
+                            Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="pytorch-compile"))
+    got = extrapolations(compiled, lay, mfu=0.40, runs=compiled_cp + megatron)
+    assert not any(g.startswith("runtime pytorch-compile: no validated run") for g in got)
+    assert "runtime pytorch-compile with tp > 1: no validated run on this training stack used tp" in got
+    assert "runtime pytorch-compile with pp > 1: no validated run on this training stack used pp" in got
+    assert not any("with cp > 1" in g for g in got)
