@@ -24,7 +24,8 @@ The split (the why of each side):
 - HELD-OUT: the places the search likes to go and no FIT source covers: zero-bubble and 1F1B pipelines at small
   per-GPU work (Qi et al. 2024), 175B/530B at up to 12,288 GPUs (MegaScale's Megatron-LM baseline), a different
   runtime (BLOOM's Megatron-DeepSpeed), MoE with EP and CP on H100 (MoE Parallel Folding), 4D parallelism at 16K H100
-  (Llama 3), the 2021 GPT-3 reference run, OPT and DeepSeek-V3.
+  (Llama 3), the 2021 GPT-3 reference run, OPT and DeepSeek-V3, and NVIDIA's NeMo 24.09 BF16 recipes on DGX H100
+  (DGX Cloud Benchmarking: Llama 3.1 8B-405B with CP, Nemotron-4 15B/340B, 8 to 2,304 GPUs).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ SPLIT: dict[str, str] = {
     "mosaicml_llmfoundry_mpt": HELD_OUT,
     "ibm_fms_fsdp_2024": HELD_OUT, "torchtitan_a100_2024": HELD_OUT,
     "nemo_automodel_perf": HELD_OUT,
+    "dgxc_benchmarking_2024": HELD_OUT,
 }
 NOT_FITTED_FRAMEWORKS = frozenset({"deepspeed-2021-zero3"})  # a 2021 runtime meshplan does not model (issue decision)
 
