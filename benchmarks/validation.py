@@ -247,10 +247,10 @@ class FixedLayoutCost:
     def of_published_layout(cls, case: PublishedRun) -> FixedLayoutCost | None:
         """The published layout at its best unstated settings under the committed constants (None: no layout)."""
         from published_partitions import with_framework_partition
-        from published_runs import _pins, workload
+        from published_runs import _chunk_limit, _pins, workload
 
-        cluster = build_cluster(case)
-        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework="any", **_pins(case))
+        cluster, model, work, pins = build_cluster(case), build_model(case), workload(case), _pins(case)
+        ctx, res = search_result(model, cluster, work, top=1, framework="any", **pins, **_chunk_limit(case, model, work, pins))
         if not len(res.step_time_s):
             return None
         plan = with_framework_partition(plans_from_result(ctx, res)[0], framework_name(case), ctx.model, cluster,
