@@ -250,7 +250,9 @@ class FixedLayoutCost:
         from published_runs import _chunk_limit, _pins, workload
 
         cluster, model, work, pins = build_cluster(case), build_model(case), workload(case), _pins(case)
-        ctx, res = search_result(model, cluster, work, top=1, framework="any", **pins, **_chunk_limit(case, model, work, pins))
+        # A stated interleaving past the search's chunk limit raises the limit to it (Nemotron-4 340B: 12 chunks).
+        stated = _chunk_limit(case, model, work, pins) if pins.get("virtual_stages") else {}
+        ctx, res = search_result(model, cluster, work, top=1, framework="any", **pins, **stated)
         if not len(res.step_time_s):
             return None
         plan = with_framework_partition(plans_from_result(ctx, res)[0], framework_name(case), ctx.model, cluster,
