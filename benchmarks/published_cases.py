@@ -119,7 +119,7 @@ class SourceRef(_Notes):
 
 class ModelBlock(_Notes):
     preset: str | None = Field(None, description="A planner preset the case starts from.")
-    arch: Literal["gpt", "llama", "deepseek"] | None = Field(None, description="Layer style; see ARCHS (legacy: GPT).")
+    arch: Literal["gpt", "llama", "deepseek", "nemotron4"] | None = Field(None, description="Layer style; see ARCHS (legacy: GPT).")
     layers: int | None = None
     hidden: int | None = None
     heads: int | None = None
@@ -237,6 +237,9 @@ ARCHS: dict[str, dict[str, Any]] = {
     "gpt": {"mlp": "gelu", "norm": "layernorm", "position": "learned", "tied_embeddings": True, "linear_bias": True},
     # Llama / Mixtral / Qwen-MoE: RMSNorm, SwiGLU, RoPE, untied LM head, no biases.
     "llama": {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": False, "linear_bias": False},
+    # Nemotron-4 (NeMo nemotron4-*.yaml: squared-relu, layernorm1p, rope, bias false, untied): the two MLP GEMMs of
+    # the GELU form and a LayerNorm stand for squared-ReLU and LayerNorm1p (a `model` gap on each such case).
+    "nemotron4": {"mlp": "gelu", "norm": "layernorm", "position": "rope", "tied_embeddings": False, "linear_bias": False},
 }
 
 

@@ -286,11 +286,14 @@ def _stated(case: PublishedRun) -> dict[str, Any]:
 def _chunk_limit(case: PublishedRun, model: Any, work: Workload, pins: dict[str, Any]) -> dict[str, int]:
     """{"max_virtual_stages": v} when the published layout's framework builds interleaving on its stages only at
     v chunks or more, past the search's limit (SearchLimits.max_virtual_stages), with v the smallest it builds;
-    else nothing. The published layout's unstated interleaving then ranges over what its framework could run."""
+    the stated v when the source states one past that limit (NeMo's Nemotron-4 340B: 12 chunks of one layer on 8
+    stages); else nothing. The published layout's unstated interleaving then ranges over what its framework could run."""
     pp, limit = int(pins["pp"]), SearchLimits().max_virtual_stages
     schedule, stated_v = pins.get("schedule"), pins.get("virtual_stages")
+    if stated_v:
+        return {"max_virtual_stages": int(stated_v)} if int(stated_v) > limit else {}
     interleaves = "interleaved" in (schedule if isinstance(schedule, tuple) else (schedule,)) or schedule is None
-    if pp == 1 or stated_v or not interleaves:
+    if pp == 1 or not interleaves:
         return {}
     def built(v: int) -> bool:
         return framework_builds(framework_name(case), model.num_layers, pp, v, ScheduleCode.INTERLEAVED, work)
@@ -326,7 +329,8 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     pins = _pins(case)
     published, derivation = step_time_s(case, model)
     t0 = time.perf_counter()
-    pinned_ctx, pinned = search_result(model, cluster, work, top=1, framework="any", **pins)
+    chunk_limit = _chunk_limit(case, model, work, pins)
+    pinned_ctx, pinned = search_result(model, cluster, work, top=1, framework="any", **pins, **chunk_limit)
     par = case.parallelism
     row: dict[str, Any] = {
         "case": case.id, "source": source_key(case), "framework": framework_name(case), "gpu": case.hardware.gpu[:4],
@@ -366,7 +370,7 @@ def run_case(case: PublishedRun) -> dict[str, Any]:
     # The published layout at the unstated settings its framework builds. Where its framework's split allows
     # interleaving only past the search's chunk limit (Megatron-Core 119B: 92 layers on 4 stages interleave only
     # as 23 chunks of one layer), the smallest such degree is searched too, so the run's interleaving option stays.
-    lo, hi, _ = unstated_spread(model, cluster, work, {**pins, **_chunk_limit(case, model, work, pins)}, recost, builds)
+    lo, hi, _ = unstated_spread(model, cluster, work, {**pins, **chunk_limit}, recost, builds)
     pred = lo
     rank = published_rank(model, cluster, work, _stated(case), pred, (par.tp, par.pp, par.dp, par.cp, par.ep))
     def best_s(**features: Any) -> tuple[Any, Any]:

@@ -24,7 +24,8 @@ The split (the why of each side):
 - HELD-OUT: the places the search likes to go and no FIT source covers: zero-bubble and 1F1B pipelines at small
   per-GPU work (Qi et al. 2024), 175B/530B at up to 12,288 GPUs (MegaScale's Megatron-LM baseline), a different
   runtime (BLOOM's Megatron-DeepSpeed), MoE with EP and CP on H100 (MoE Parallel Folding), 4D parallelism at 16K H100
-  (Llama 3), the 2021 GPT-3 reference run, OPT and DeepSeek-V3.
+  (Llama 3), the 2021 GPT-3 reference run, OPT and DeepSeek-V3, and NVIDIA's NeMo 24.09 BF16 recipes on DGX H100
+  (DGX Cloud Benchmarking: Llama 3.1 8B-405B with CP, Nemotron-4 15B/340B, 8 to 2,304 GPUs).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ SPLIT: dict[str, str] = {
     "mosaicml_llmfoundry_mpt": HELD_OUT,
     "ibm_fms_fsdp_2024": HELD_OUT, "torchtitan_a100_2024": HELD_OUT,
     "nemo_automodel_perf": HELD_OUT,
+    "dgxc_benchmarking_2024": HELD_OUT,
 }
 NOT_FITTED_FRAMEWORKS = frozenset({"deepspeed-2021-zero3"})  # a 2021 runtime meshplan does not model (issue decision)
 
@@ -245,10 +247,12 @@ class FixedLayoutCost:
     def of_published_layout(cls, case: PublishedRun) -> FixedLayoutCost | None:
         """The published layout at its best unstated settings under the committed constants (None: no layout)."""
         from published_partitions import with_framework_partition
-        from published_runs import _pins, workload
+        from published_runs import _chunk_limit, _pins, workload
 
-        cluster = build_cluster(case)
-        ctx, res = search_result(build_model(case), cluster, workload(case), top=1, framework="any", **_pins(case))
+        cluster, model, work, pins = build_cluster(case), build_model(case), workload(case), _pins(case)
+        # A stated interleaving past the search's chunk limit raises the limit to it (Nemotron-4 340B: 12 chunks).
+        stated = _chunk_limit(case, model, work, pins) if pins.get("virtual_stages") else {}
+        ctx, res = search_result(model, cluster, work, top=1, framework="any", **pins, **stated)
         if not len(res.step_time_s):
             return None
         plan = with_framework_partition(plans_from_result(ctx, res)[0], framework_name(case), ctx.model, cluster,

@@ -607,3 +607,57 @@ def test_tr11_prequel_rows_are_one_days_fp16_layout_sweep_held_out() -> None:
         assert [g.kind for g in c.gaps] == ["ground_truth"] and "2nd iteration" in c.gaps[0].detail, c.id
     work = published_runs.workload(rows[0])
     assert work.dtype == "fp16" and work.runtime == "megatron" and not work.zero1_grad_allreduce
+
+
+# DGX Cloud Benchmarking v24.11.1 (35a9aec) BF16 tables: model FLOPs per sequence ('The model flops for ... for
+# GBS=1 is ...') and the global batch per GPU count (configure.sh: 128 x N / 8, 128 x N / 64, 252 x N / 576, 4 x N,
+# 2 x nodes), per model.
+DGXC_RECIPES = {
+    "llama3.1-8b": (4.74e14, lambda n: 128 * n // 8, (1, 1, 2, None, 1), 5),
+    "llama3.1-70b": (3.94e15, lambda n: 128 * n // 64, (4, 4, 2, 5, 1), 6),
+    "llama3.1-405b": (2.17e16, lambda n: 252 * n // 576, (8, 9, 2, 7, 1), 3),
+    "nemotron4-15b": (434.5e12, lambda n: 4 * n, (4, 1, 1, None, 4), 8),
+    "nemotron4-340b": (1.01e16, lambda n: 2 * (n // 8), (8, 8, 1, 12, 1), 5),
+}
+
+
+def test_dgxc_nemo_rows_give_back_the_tables_mfu_and_pin_the_recipe_layout() -> None:
+    """Each BF16 DGX H100 row of the DGX Cloud Benchmarking tables: the stated step time with the README's own
+    formula (GBS x model FLOPs per sequence / step / GPUs / 989 TFLOP/s) gives back the printed MFU (the 70B
+    2048-GPU column's MFU follows from the 1024-GPU column's step: 0.25 point, stated in its derivation); the
+    published layout is pinned as the recipe ran it (TP, PP, CP, VP, MBS, distributed optimizer, no recompute but
+    340B's selective), on dgx-h100 with the megatron-core-0.8 feature set; the source is held out."""
+    rows = _cases_of("dgxc_benchmarking_2024")
+    assert len(rows) == sum(r[3] for r in DGXC_RECIPES.values()) == 27
+    for case in rows:
+        key = case.id.split("_")[3]
+        flops, gbs, (tp, pp, cp, vpp, mbs), _ = DGXC_RECIPES[key]
+        n, step = case.hardware.num_gpus, case.step_time.value
+        assert case.batch.global_batch_seqs == gbs(n) and case.precision == "bf16" and case.framework == "megatron-core-0.8"
+        assert f"{case.throughput['mfu_pct']:.2f}".rstrip("0").rstrip(".") in case.source.quote, case.id
+        mfu = case.batch.global_batch_seqs * flops / step / n / 989e12 * 100
+        assert mfu == pytest.approx(case.throughput["mfu_pct"], abs=0.25 if case.id.endswith("70b_2048gpu") else 0.05), case.id
+        pins = published_runs._pins(case)
+        assert (pins["tp"], pins["pp"], pins["cp"], pins.get("virtual_stages"), pins["micro_batch"]) == (tp, pp, cp, vpp, mbs)
+        assert pins["tp"] * pins["pp"] * pins["cp"] * pins["dp"] == n and pins["zero"] == 1
+        assert pins["recompute"] == ("selective" if key == "nemotron4-340b" else "none")
+        assert build_cluster(case).num_gpus == n and case.hardware.cluster == "dgx-h100"
+        assert validation.part_of(case) == validation.HELD_OUT
+        assert ({g.kind for g in case.gaps} == {"model"}) == key.startswith("nemotron4"), case.id
+
+
+def test_nemotron4_layer_style_and_a_stated_interleaving_past_the_search_limit() -> None:
+    """Nemotron-4 (squared-ReLU, LayerNorm1p, RoPE, no biases, untied) is predicted with the GELU-shaped MLP and
+    LayerNorm: the same GEMMs and weights, so 15B comes out at its name's size; 340B's stated 12 chunks per stage
+    (one layer each) lie past the search's limit of 8, so the published layout is searched with the limit raised
+    to 12 and the run still has a prediction."""
+    small = build_model(_case("dgxc2024_h100_bf16_nemotron4-15b_16gpu"))
+    assert (small.mlp, small.norm, small.position, small.tied_embeddings, small.linear_bias) == ("gelu", "layernorm", "rope", False, False)
+    assert 15.0e9 < small.num_params() < 16.5e9
+    big = _case("dgxc2024_h100_bf16_nemotron4-340b_128gpu")
+    model = build_model(big)
+    assert 335e9 < model.num_params() < 345e9
+    pins = published_runs._pins(big)
+    assert published_runs._chunk_limit(big, model, published_runs.workload(big), pins) == {"max_virtual_stages": 12}
+    assert published_runs._chunk_limit(_case("dgxc2024_h100_bf16_llama3.1-70b_64gpu"), model, published_runs.workload(big),
+                                       published_runs._pins(_case("dgxc2024_h100_bf16_llama3.1-70b_64gpu"))) == {}
