@@ -45,8 +45,11 @@ from typing import Any
 
 import pytest
 from dist_launch import REPO, tail, torchrun
-from dist_plans import STEERING, TINY_GPT, TINY_MOE_CAPACITY, TINY_MOE_STEERED
+from dist_plans import STEERING, TINY_GPT, TINY_MOE_CAPACITY, TINY_MOE_STEERED, model_spec
 from equivalence_checks import assert_matches_reference
+from equivalence_worker import SEQ_LEN, STEPS
+
+from planner.layout import Layout
 
 pytestmark = pytest.mark.distributed
 
@@ -203,11 +206,20 @@ MOE_EP_CASES = [(w, c) for w, cases in GROUPS.items() for c in cases if c["layou
 @pytest.mark.parametrize(("world", "case"), [pytest.param(w, c, id=c["name"]) for w, c in MOE_EP_CASES])
 def test_moe_routing_is_uneven_and_starves_an_expert(results, world: int, case: dict) -> None:
     """The EP cases exercised what they claim (the worker's routing log, summed over ranks and steps):
-    all-to-all split sizes that differ between destinations, a starved expert, dropped assignments."""
+    all-to-all split sizes that differ between destinations, a starved expert, dropped assignments.
+
+    The log holds exactly the training forward passes' assignments: every token of every step, top_k of
+    them per MoE layer, routed once per TP rank (each routes the same tokens). Nothing else (the pipeline's
+    shape inference on uninitialised inputs, recomputation) may be counted, or the starved expert's
+    count is not the training's."""
     r = results(world).get(case["name"])
     assert r is not None and "error" not in r, r
     routing = r["routing"]
     assert routing["calls"] > 0 and routing["uneven_calls"] > 0, routing
+    spec, layout = model_spec(case["model"]), Layout(**case["layout"])
+    moe_layers = sum(spec.is_moe_layer(i) for i in range(spec.num_layers))
+    tokens = case.get("steps", STEPS) * layout.global_batch * SEQ_LEN
+    assert routing["offered"] == tokens * spec.moe.top_k * moe_layers * layout.tp, routing
     rows = routing["rows_per_expert"]
     dead = case.get("dead_experts", [])
     assert all(rows[e] == 0 for e in dead) and all(n > 0 for e, n in enumerate(rows) if e not in dead), rows
@@ -219,8 +231,6 @@ def test_moe_routing_is_uneven_and_starves_an_expert(results, world: int, case: 
 
 def test_groups_use_their_world_size() -> None:
     """Each launch's layouts use exactly its ranks (the worker builds every mesh over the whole world)."""
-    from planner.layout import Layout
-
     for world, cases in GROUPS.items():
         for case in cases:
             assert Layout(**case["layout"]).world_size == world, case["name"]
