@@ -8,7 +8,9 @@
   op         per-op selective checkpointing of each decoder layer (TorchTitan's `selective_ac_option = "op"`,
              `SelectiveAC` in 0.3): torch's selective-checkpoint contexts keep the outputs of the ops in
              `SAVED_OPS` and recompute every other op. Matmuls (aten.mm) are counted in call order within the
-             layer's forward, and again the same way during its recompute; every second one is recomputed
+             layer's forward (torch 2.13 asks the policy in the forward only and replays its decisions by
+             op index in the recompute; older releases ask again with ctx.is_recompute, which gets its own
+             count, as TorchTitan's policy does); every second one is recomputed
              (Llama: wq wk wv wo w1 w3 w2 -> wk, wo, w3 recomputed). The MoE router's matmul is always
              recomputed and not counted (TorchTitan's `force_recompute_mm_shapes_by_fqns` default
              "moe.router.gate"). The policy sees the local ops under DTensor TP, so TP and SP collectives that
