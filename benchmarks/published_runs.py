@@ -58,7 +58,7 @@ from planner.api import (
     row_to_layout,
     search_result,
 )
-from planner.layout import Workload
+from planner.layout import RECOMPUTE_NAMES, Workload
 from planner.layout.schedules import ScheduleCode
 from planner.solver.space import SearchLimits
 
@@ -246,8 +246,15 @@ SPLIT_CANDIDATES = 1024
 Megatron-Core 119B, need about a thousand: every row above the first buildable one pipelines 92 layers unevenly)."""
 
 
+WITHOUT_PER_OP = tuple(r for r in RECOMPUTE_NAMES if r != "op")
+"""The recompute policies of a framework entry that names none: per-op selective checkpointing ("op") is TorchTitan's
+(and meshplan's), which those entries name themselves; the Megatron-style and in-house stacks recompute layers or
+the attention core."""
+
+
 def _framework(case: PublishedRun) -> dict[str, Any]:
-    return FRAMEWORKS[framework_name(case)]
+    entry = FRAMEWORKS[framework_name(case)]
+    return {**entry, "features": {"recompute": WITHOUT_PER_OP, **entry["features"]}}
 
 
 def _stated(case: PublishedRun) -> dict[str, Any]:
