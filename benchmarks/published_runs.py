@@ -252,9 +252,15 @@ WITHOUT_PER_OP = tuple(r for r in RECOMPUTE_NAMES if r != "op")
 the attention core."""
 
 
+def framework_features(name: str) -> dict[str, Any]:
+    """The feature set the pick and the rank search over for framework `name` (recompute: `WITHOUT_PER_OP` unless
+    the entry names its own)."""
+    return {"recompute": WITHOUT_PER_OP, **FRAMEWORKS[name]["features"]}
+
+
 def _framework(case: PublishedRun) -> dict[str, Any]:
-    entry = FRAMEWORKS[framework_name(case)]
-    return {**entry, "features": {"recompute": WITHOUT_PER_OP, **entry["features"]}}
+    name = framework_name(case)
+    return {**FRAMEWORKS[name], "features": framework_features(name)}
 
 
 def _stated(case: PublishedRun) -> dict[str, Any]:
