@@ -246,16 +246,15 @@ SPLIT_CANDIDATES = 1024
 Megatron-Core 119B, need about a thousand: every row above the first buildable one pipelines 92 layers unevenly)."""
 
 
-WITHOUT_PER_OP = tuple(r for r in RECOMPUTE_NAMES if r != "op")
-"""The recompute policies of a framework entry that names none: per-op selective checkpointing ("op") is TorchTitan's
-(and meshplan's), which those entries name themselves; the Megatron-style and in-house stacks recompute layers or
-the attention core."""
-
-
 def framework_features(name: str) -> dict[str, Any]:
-    """The feature set the pick and the rank search over for framework `name` (recompute: `WITHOUT_PER_OP` unless
-    the entry names its own)."""
-    return {"recompute": WITHOUT_PER_OP, **FRAMEWORKS[name]["features"]}
+    """The feature set the pick and the rank search over for framework `name`. An entry that names no recompute
+    policies runs the layer-level ones, not per-op selective checkpointing ("op", TorchTitan's and meshplan's, which
+    those entries name themselves): none and full, and selective where attention is unfused (with FlashAttention
+    selective saves nothing and an unpinned search prunes it as dominated, so naming it would only add rows)."""
+    entry = FRAMEWORKS[name]
+    flash = entry["workload"].get("flash_attention", True)
+    layer_level = tuple(r for r in RECOMPUTE_NAMES if r != "op" and not (flash and r == "selective"))
+    return {"recompute": layer_level, **entry["features"]}
 
 
 def _framework(case: PublishedRun) -> dict[str, Any]:
