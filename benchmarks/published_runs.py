@@ -58,7 +58,7 @@ from planner.api import (
     row_to_layout,
     search_result,
 )
-from planner.layout import Workload
+from planner.layout import RECOMPUTE_NAMES, Workload
 from planner.layout.schedules import ScheduleCode
 from planner.solver.space import SearchLimits
 
@@ -151,15 +151,17 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # TorchTitan (Dec 2024): FSDP2, DTensor TP with sequence parallelism, torch.distributed.pipelining (the
         # benchmark uses 1F1B and interleaved 1F1B), experimental CP, SDPA flash attention; no EP for dense Llama.
         # FSDP over a single rank (CP 8 on 8 GPUs) shards nothing: ZeRO-0.
-        "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2, 3), "ep": 1},
+        # AC: none, full per block or per-op selective (op); torchtitan has no attention-core recomputation.
+        "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2, 3), "ep": 1,
+                     "recompute": ("none", "full", "op")},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
     "torchtitan-2024-04": {
         # TorchTitan of April 2024 (1ea476e9f, docs/performance.md's A100 tables): FSDP2 fully_shard per block (ZeRO-3,
         # MixedPrecisionPolicy param bf16 / reduce fp32) and DTensor TP with sequence parallelism; pipeline and context
-        # parallelism had not landed yet. AC none / full per block, or torchtitan's own selective modes (per-op, every
-        # k-th layer: gaps on those cases). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
-        "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full")},
+        # parallelism had not landed yet. AC none / full per block, per-op selective (op), or every k-th layer (a gap on
+        # those cases). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
+        "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full", "op")},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
     "fms-fsdp-2024": {
@@ -244,8 +246,20 @@ SPLIT_CANDIDATES = 1024
 Megatron-Core 119B, need about a thousand: every row above the first buildable one pipelines 92 layers unevenly)."""
 
 
+def framework_features(name: str) -> dict[str, Any]:
+    """The feature set the pick and the rank search over for framework `name`. An entry that names no recompute
+    policies runs the layer-level ones, not per-op selective checkpointing ("op", TorchTitan's and meshplan's, which
+    those entries name themselves): none and full, and selective where attention is unfused (with FlashAttention
+    selective saves nothing and an unpinned search prunes it as dominated, so naming it would only add rows)."""
+    entry = FRAMEWORKS[name]
+    flash = entry["workload"].get("flash_attention", True)
+    layer_level = tuple(r for r in RECOMPUTE_NAMES if r != "op" and not (flash and r == "selective"))
+    return {"recompute": layer_level, **entry["features"]}
+
+
 def _framework(case: PublishedRun) -> dict[str, Any]:
-    return FRAMEWORKS[framework_name(case)]
+    name = framework_name(case)
+    return {**FRAMEWORKS[name], "features": framework_features(name)}
 
 
 def _stated(case: PublishedRun) -> dict[str, Any]:

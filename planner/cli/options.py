@@ -26,6 +26,7 @@ from planner.layout.names import (
     DEFAULT_MESH_AXES,
     DEFAULT_SEQ_LEN,
     FRAMEWORK_NAMES,
+    RECOMPUTE_MEANINGS,
     RECOMPUTE_NAMES,
     RUNTIME_NAMES,
 )
@@ -131,7 +132,8 @@ PINS = OptionGroup("pins", (
     _opt("virtual_stages", int, "--virtual-stages", "Model chunks per pipeline rank (interleaved).", _PIN),
     _opt("zero", int, "--zero", "ZeRO stage 0-3 (3 = FSDP).", _PIN, min=0, max=3),
     _opt("dp_shard", int, "--dp-shard", "ZeRO/FSDP sharding group size inside DP (< dp: HSDP).", _PIN),
-    _opt("recompute", RecomputeChoice, "--recompute", "Activation recomputation.", _PIN),
+    _opt("recompute", RecomputeChoice, "--recompute", "Activation recomputation: "
+         + "; ".join(f"{k}: {v}" for k, v in RECOMPUTE_MEANINGS.items()) + ".", _PIN),
     _opt("sequence_parallel", bool, "--sequence-parallel/--no-sequence-parallel",
          "Megatron sequence parallelism (needs tp > 1).", _PIN, show_default=False),
     _opt("mesh_axes", str, "--mesh-axes", "Mesh axis order, outermost first, e.g. pp,dp_replicate,dp_shard,cp,tp.",

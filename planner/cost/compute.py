@@ -21,7 +21,8 @@ GEMM backward costs 2x forward (input and weight gradients, the standard 1:2 rat
 Sec. 5.1 Eq. 3 derivation); zero-bubble schedules split the backward into B (input gradients: the dX GEMMs, the
 attention and element-wise backward, recomputation) and W (weight gradients: the dW GEMMs, as many FLOPs as the
 forward GEMMs), Qi et al. 2023 Sec. 2; `LayerTime.wgrad_s` is W. Full recomputation adds one forward of every layer; selective adds only the
-attention core (Korthikanti et al. 2022 Sec. 4.2).
+attention core (Korthikanti et al. 2022 Sec. 4.2); per-op ("op") adds the matmuls it does not save
+(planner.model.flops.op_recomputed_share) and the layer's element-wise forward, not the attention kernel.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class LayerTime:
     wgrad_s: np.ndarray  # the weight-gradient GEMMs inside bwd_s (the W pass of zero-bubble schedules)
     column_wgrad_s: np.ndarray  # the column-parallel ones among them (LayerType.gemm_column_parallel); their
     # input-gradient GEMMs take as long (same FLOPs and shapes)
+    op_recompute_s: np.ndarray  # what recompute policy "op" repeats (see layer_time_s)
 
 
 # Unfused attention (no FlashAttention): bytes per attention-score element (fp16) moved by the element-wise
@@ -77,18 +79,24 @@ def layer_time_s(
     t = tp.astype(float)
     gemm = np.zeros_like(tokens)
     column = np.zeros_like(tokens)
-    for f_tok, split, col in zip(lt.gemm_flops_per_token, lt.gemm_split_by_tp, lt.gemm_column_parallel):
+    op_gemm = np.zeros_like(tokens)  # the GEMMs recompute policy "op" repeats
+    for f_tok, split, col, share in zip(lt.gemm_flops_per_token, lt.gemm_split_by_tp, lt.gemm_column_parallel,
+                                        lt.gemm_op_recompute_share):
         one = gemm_time_s(f_tok * tokens / (t if split else 1.0), peak, mx, half)
         gemm += one
         column += one if col else 0.0
+        op_gemm += share * one
     if lt.router_flops_per_token:
-        gemm += gemm_time_s(lt.router_flops_per_token * tokens, peak, mx, half)
+        router = gemm_time_s(lt.router_flops_per_token * tokens, peak, mx, half)
+        gemm += router
+        op_gemm += router
     if lt.expert_flops_per_token:
         moe = ctx.model.moe
         local_experts = moe.num_experts / ep
         tokens_per_expert = tokens * ep * moe.top_k / moe.num_experts
         one = gemm_time_s(lt.expert_gemm_flops_per_token_one_expert * tokens_per_expert / t, peak, mx, half)
         gemm += one * local_experts
+        op_gemm += lt.expert_op_recompute_share * one * local_experts
     attn_flops = lt.attn_flops_per_token * tokens / t
     if ctx.flash_attention:
         # Fused kernels at the attention kernel's own efficiency (GPU profile), which is below the GEMM plateau:
@@ -122,7 +130,10 @@ def layer_time_s(
     o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
     fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
     wgrad = np.minimum(gemm, bwd)
-    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=wgrad, column_wgrad_s=np.minimum(column, wgrad))
+    # "op" repeats its recomputed GEMMs and every element-wise op of the forward (norms, RoPE, activation, products,
+    # residual adds, the GQA repeat, MoE permutes, their launches), never the attention kernel (saved).
+    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=wgrad, column_wgrad_s=np.minimum(column, wgrad),
+                     op_recompute_s=op_gemm + ew_f)
 
 
 def unfused_grad_accumulation_s(ctx: CostContext, lt: LayerType, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
@@ -200,6 +211,8 @@ def embedding_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np
     return fwd * (1 + BACKWARD_TO_FORWARD) + dense / ctx.memory_bandwidth_Bps
 
 
-def recompute_time_s(recompute: np.ndarray, fwd_s: np.ndarray, attn_s: np.ndarray) -> np.ndarray:
-    """Extra forward seconds per layer and micro-batch for each recompute policy (0 none, 1 selective, 2 full)."""
-    return first_match([recompute == 2, recompute == 1], [fwd_s, attn_s], 0.0)
+def recompute_time_s(recompute: np.ndarray, lt_time: LayerTime) -> np.ndarray:
+    """Extra forward seconds per layer and micro-batch for each recompute policy (0 none, 1 selective, 2 full,
+    3 op; `planner.layout.names.RECOMPUTE_NAMES`)."""
+    return first_match([recompute == 2, recompute == 1, recompute == 3],
+                       [lt_time.fwd_s, lt_time.attn_fwd_s, lt_time.op_recompute_s], 0.0)

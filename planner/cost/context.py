@@ -16,7 +16,7 @@ import numpy as np
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.layout import Workload, rules
 from planner.model import ModelSpec
-from planner.model.flops import gemm_tp_split
+from planner.model.flops import gemm_tp_split, op_recomputed_share
 
 # Mixed-precision Adam bytes per parameter (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 and Fig. 1):
 # 2 (bf16/fp16 weights) + 2 (16-bit gradients) + K=12 (fp32 master weights, momentum, variance).
@@ -52,6 +52,10 @@ class LayerType:
     gemm_column_parallel: tuple[bool, ...]
     """Per GEMM: split over tp and reading the layer's hidden input (Megatron's column-parallel QKV and MLP-up
     projections), whose input gradient the backward reduces over TP (comm.tp_backward_exposed_s)."""
+    gemm_op_recompute_share: tuple[float, ...]
+    """Per GEMM: the share of it recompute policy "op" repeats (planner.model.flops.op_recomputed_share; the router is always
+    repeated, the routed experts' GEMMs by `expert_op_recompute_share`)."""
+    expert_op_recompute_share: float
     router_flops_per_token: float
     expert_flops_per_token: float  # top_k routed experts, forward, per token (tp=1)
     expert_gemm_flops_per_token_one_expert: float  # one expert's GEMMs, per routed token
@@ -99,10 +103,13 @@ class CostContext:
         m = self.model
         causal = self.flash_attention
         fl = m.layer_forward_flops(i, seq_len, causal=causal)
-        flops, split, column = [], [], []
-        for name, mm, k, n in m.layer_gemms(i, 1, tp=1):
+        flops, split, column, op_share = [], [], [], []
+        expert_op_share = 0.0
+        for name, mm, k, n, share in op_recomputed_share(m, bool(m.is_moe_layer(i))):
             if name.startswith(("moe_expert", "moe_router")):
+                expert_op_share = share if name.startswith("moe_expert") else expert_op_share
                 continue  # routed experts and the router are costed separately below
+            op_share.append(share)
             flops.append(2.0 * mm * k * n)
             # Megatron split (planner.model.flops.gemm_tp_split): all but the MLA down-projections split over tp;
             # the column-parallel ones that read the hidden state reduce their input gradient over TP.
@@ -120,6 +127,8 @@ class CostContext:
             gemm_flops_per_token=tuple(flops),
             gemm_split_by_tp=tuple(split),
             gemm_column_parallel=tuple(column),
+            gemm_op_recompute_share=tuple(op_share),
+            expert_op_recompute_share=expert_op_share,
             router_flops_per_token=float(getattr(fl, "moe_router", 0.0)),
             expert_flops_per_token=expert_total,
             expert_gemm_flops_per_token_one_expert=one_expert,

@@ -127,10 +127,16 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
     cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
     full = rc == RecomputeCode.FULL
+    # The forward collectives a recomputation issues again: full repeats them all; "op" (executor.ac) repeats the
+    # TP collectives it does not save (both all-reduces without SP; with SP the two all-gathers, half the forward
+    # volume, its reduce-scatters being saved) and the CP K/V all-gather, and saves the EP all-to-alls.
+    op = rc == RecomputeCode.OP
+    tp_again = np.where(full, 1.0, np.where(op, np.where(sp, 0.5, 1.0), 0.0))
+    cp_again = (full | op).astype(float)
     for wk, lt in zip(w, ctx.layer_types):
         lt_time = compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, sp)
         attn = lt_time.attn_fwd_s
-        rec = compute.recompute_time_s(rc, lt_time.fwd_s, attn)
+        rec = compute.recompute_time_s(rc, lt_time)
         ep_f = ep_b = 0.0
         if lt.expert_flops_per_token:
             # EP all-to-alls of the tokens the dispatcher sends, plus the expert-TP exchange where it applies.
@@ -150,8 +156,8 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         u_comp += wk * (lt_time.fwd_s + lt_time.bwd_s + rec)
         u_fwd += wk * (lt_time.fwd_s + tp_exp_f + cp_exp_f + ep_f)
         u_w += wk * lt_time.wgrad_s
-        u_tp += wk * (tp_exp_f * (1 + full) + tp_exp_b)
-        u_cp += wk * (cp_exp_f * (1 + full) + cp_exp_b)
+        u_tp += wk * (tp_exp_f * (1 + tp_again) + tp_exp_b)
+        u_cp += wk * (cp_exp_f * (1 + cp_again) + cp_exp_b)
         u_ep += wk * (ep_f * (1 + full) + ep_b)
         dense_params += wk * lt.dense_params
         expert_params += wk * lt.expert_params

@@ -20,6 +20,10 @@ g = kv_heads/heads:
   norms:     2 x 2sbh.
   TP without SP divides only the TP-local parts; with SP everything is divided by tp (Table 2). Selective
   recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP).
+  Per-op selective recomputation ("op", executor/ac.py, TorchTitan SelectiveAC) keeps exactly what its policy
+  saves, at their executor shapes and dtypes (`op_activation_bytes_per_token`): the layer input, the outputs of
+  the matmuls it does not recompute (planner.model.flops.op_recomputed_share), the SDPA output and its fp32 log-sum-exp, and
+  under SP the reduce-scatter outputs.
   MoE layers: the routed rows, the experts' activations and the probability product instead of the dense
   MLP's (`moe_activation_bytes_per_token`); the per-layer value is the mean over the layer types.
   Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
@@ -38,6 +42,7 @@ import numpy as np
 
 from planner.cost.context import CostContext
 from planner.cost.moe_dispatch import ep_dispatch_tokens
+from planner.model.flops import gemm_tp_split, op_recomputed_share
 
 RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
 RESERVE_FRACTION = 0.05  # allocator fragmentation, see module docstring
@@ -74,8 +79,40 @@ def activation_bytes_per_layer(
         moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
         routed = moe_activation_bytes_per_token(ctx, tp, sp) - _mlp_local_bytes_per_token(m, f) / t
         per_layer = per_layer + moe_share * s * bf * routed
-    per_layer = np.where(recompute == 2, full, per_layer)
-    return per_layer * (ctx.act_bytes / 2.0)
+    per_layer = np.where(recompute == 2, full, per_layer) * (ctx.act_bytes / 2.0)
+    if np.any(recompute == 3):
+        w = ctx.layer_type_counts().astype(float)
+        op = sum(wk * op_activation_bytes_per_token(ctx, bool(lt.expert_flops_per_token), tp, sp)
+                 for wk, lt in zip(w / w.sum(), ctx.layer_types))
+        per_layer = np.where(recompute == 3, s * bf * op, per_layer)
+    return per_layer
+
+
+LSE_BYTES = 4  # SDPA's log-sum-exp is fp32 whatever the activation dtype (one per query and head)
+
+
+def op_activation_bytes_per_token(ctx: CostContext, is_moe: bool, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes per local token one layer keeps for the backward under recompute policy "op" on one rank.
+
+    The layer input (a h, / tp under SP); each kept matmul output (`op_recomputed_share`: rows per token x its
+    local width; a row-parallel or replicated GEMM's output is full width, the partial sum before its TP
+    reduction; the executor runs every routed row's expert GEMMs on each TP rank); the SDPA output
+    (a x heads x head_dim / tp) and its log-sum-exp (LSE_BYTES x heads / tp); under SP the two reduce-scatter
+    outputs (attention and MLP output projections, a h / tp each). a = activation bytes."""
+    m = ctx.model
+    a = float(ctx.act_bytes)
+    t = np.asarray(tp, dtype=float)
+    split_sp = np.asarray(sp, dtype=bool) & (t > 1)
+    h = float(m.hidden_size)
+    total = np.where(split_sp, a * h / t, a * h)
+    for name, rows, _, n, share in op_recomputed_share(m, is_moe):
+        column = gemm_tp_split(name) == "column"
+        total = total + (1.0 - share) * rows * a * n / (t if column else 1.0)
+        if split_sp.any() and gemm_tp_split(name) == "row" and not name.startswith("moe_expert"):
+            total = total + np.where(split_sp, a * h / t, 0.0)
+    heads = float(m.num_heads)
+    v_dim = float(m.mla.v_head_dim if m.attention == "mla" else m.head_dim)
+    return total + (a * heads * v_dim + LSE_BYTES * heads) / t
 
 
 def _mlp_local_bytes_per_token(m, width: float) -> float:

@@ -36,6 +36,10 @@ FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 """meshplan presets that are TorchTitan llama3 flavors (torchtitan/models/llama3/__init__.py llama3_configs)."""
 BUILTIN_CONFIGS = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b"}
 """Flavors whose built-in config function trains what the plan costs (405B's adds Float8 and compile)."""
+AC_SUBCOMMANDS = {"none": "none", "full": "full", "op": "selective"}
+"""Recompute policy -> TorchTitan 0.3's activation-checkpoint subcommand (torchtitan/distributed/
+activation_checkpoint.py `ActivationCheckpointingConfig`: `SelectiveAC` is the per-op policy, "selective"; the
+framework rules refuse the plan's attention-core "selective" before export)."""
 REGISTRY_MODULE = "meshplan_titan"
 REGISTRY_FUNCTION = "meshplan_config"
 
@@ -155,7 +159,7 @@ def arguments(plan: Plan, module: str, config: str) -> list[str]:
         # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism", nor the
         # all-to-all token dispatcher of expert parallelism.
         args.append("--training.disable_cuda_graphs")
-    args.append(f"activation-checkpoint:{'full' if lay.recompute == 'full' else 'none'}")  # tyro subcommand, last
+    args.append(f"activation-checkpoint:{AC_SUBCOMMANDS[lay.recompute]}")  # tyro subcommand, last
     return args
 
 

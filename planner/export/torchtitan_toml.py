@@ -6,7 +6,8 @@ data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degr
 context_parallel_degree, expert_parallel_degree, pipeline_parallel_schedule (PyTorch schedule class name
 without "Schedule": GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble), pipeline_parallel_microbatch_size,
 module_fqns_per_model_part (the exact layer partition, chunk c on rank c % pp); `[training]` local_batch_size
-(per DP rank), global_batch_size, seq_len; `[activation_checkpoint]` mode. TorchTitan builds its mesh as
+(per DP rank), global_batch_size, seq_len; `[activation_checkpoint]` mode (and selective_ac_option "op" for
+recompute op). TorchTitan builds its mesh as
 pp, dp_replicate, dp_shard, cp, tp (the planner's default order) and always pairs TP with sequence parallelism.
 
 Gradient accumulation: with pp == 1, local_batch_size is one micro-batch and global_batch_size = dp x micro x
@@ -69,7 +70,9 @@ def export(plan: Plan, **_: Any) -> ExportResult:
             # 0.2.2 job_config: ETP = TP keeps the plan's experts split by TP ("[partial dp -> ep] etp = tp").
             "expert_tensor_parallel_degree": lay.tp if lay.ep > 1 else 1,
         },
-        "activation_checkpoint": {"mode": lay.recompute},
+        # 0.2.2 ActivationCheckpoint: mode "selective" with selective_ac_option "op" is per-op SAC.
+        "activation_checkpoint": ({"mode": "selective", "selective_ac_option": "op"} if lay.recompute == "op"
+                                  else {"mode": lay.recompute}),
     }
     par = sections["parallelism"]
     if lay.zero in (1, 2):

@@ -4,8 +4,8 @@ Sources (torchtitan 0.3.0): config/configs.py `ParallelismConfig` (degrees, fsdp
 enable_sequence_parallel, expert_parallel_degree "EP borrows ranks from FSDP and TP: efsdp = dp_shard * cp *
 tp / ep"), distributed/parallel_dims.py `ParallelDims.build_mesh` (one mesh order: pp, dp_replicate,
 dp_shard, cp, tp; FSDP over dp_shard x cp whenever cp > 1), models/llama3/parallelize.py ("DDP has not
-supported > 1D parallelism"), distributed/activation_checkpoint.py (none / full / selective per-op or
-per-layer / memory-budget), models/common/moe_sharding.py (with EP the routed experts are sharded on the ep
+supported > 1D parallelism"), distributed/activation_checkpoint.py (none / full / per-op selective, the
+plan's recompute "op" / memory-budget), models/common/moe_sharding.py (with EP the routed experts are sharded on the ep
 axis only, not split by TP). Context parallelism is PyTorch's `context_parallel` (SDPA with K/V all-gather,
 the default rotate method, and head-tail load balancing), the algorithm the cost model costs. The rules read
 from them (torchtitan.ddp-1d, .cp-fsdp, .ep-group, .ep-tp, .architecture, .dtype, its ZeRO stages, recompute

@@ -51,13 +51,16 @@ class Features:
 FEATURES: dict[str, Features] = {
     "meshplan": Features(
         recompute={"none": "nothing recomputed", "selective": "the attention core softmax(QK^T)V of every layer "
-                   "(executor.ac)", "full": "every decoder layer from its input (executor.ac)"},
+                   "(executor.ac)", "full": "every decoder layer from its input (executor.ac)",
+                   "op": "per-op selective checkpointing of every decoder layer: every second matmul and all "
+                   "element-wise ops recomputed (executor.ac)"},
         zero={0: "FSDP2 replicate (DDP) over DP x CP", 1: "fully_shard(reshard_after_forward=False), one reduction "
               "per step", 2: "fully_shard(reshard_after_forward=False), reduce-scatter every micro-batch",
               3: "fully_shard(reshard_after_forward=True); HSDP on (dp_replicate x cp, dp_shard)"},
         missing={}),
     "torchtitan": Features(
-        recompute={"none": "--activation-checkpoint:none", "full": "--activation-checkpoint:full (FullAC: every block)"},
+        recompute={"none": "--activation-checkpoint:none", "full": "--activation-checkpoint:full (FullAC: every block)",
+                   "op": "--activation-checkpoint:selective (SelectiveAC: per-op, every second mm recomputed)"},
         zero={0: "DDP (data_parallel_replicate_degree = dp), only as the sole parallelism",
               2: "FSDP2 with fsdp_reshard_after_forward=never (weights gathered from forward to backward)",
               3: "FSDP2 (HSDP with data_parallel_replicate_degree > 1)"},
@@ -71,10 +74,11 @@ FEATURES: dict[str, Features] = {
         recompute={"none": "no recomputation",
                    "selective": "--recompute-granularity selective: the attention core (core_attn), as costed",
                    "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"},
+        missing={"recompute=op": "Megatron-LM has no per-op matmul checkpointing: --recompute-granularity selective "
+                                 "recomputes whole modules (--recompute-modules), not every second matmul"},
         zero={0: "DDP (--overlap-grad-reduce)", 1: "--use-distributed-optimizer (shards over dp x cp)",
               2: "Megatron-FSDP --data-parallel-sharding-strategy optim_grads",
               3: "Megatron-FSDP --data-parallel-sharding-strategy optim_grads_params"},
-        missing={},
         mesh_orders=SEARCHED_ORDERS,  # tp-cp-ep-dp-pp (default); tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)
         mesh_text="Megatron-LM core_v0.19 orders its ranks tp-cp-ep-dp-pp or, with --use-tp-pp-dp-mapping, "
         "tp-cp-ep-pp-dp"),
@@ -82,7 +86,9 @@ FEATURES: dict[str, Features] = {
         recompute={"none": "no recomputation",
                    "full": "deepspeed.checkpointing.checkpoint around every transformer layer (model code)"},
         zero={0: "plain data parallel (allreduce)", 1: "ZeRO stage 1", 2: "ZeRO stage 2", 3: "ZeRO stage 3"},
-        missing={"recompute=selective": "DeepSpeed has no attention-core recomputation of its own"},
+        missing={"recompute=selective": "DeepSpeed has no attention-core recomputation of its own",
+                 "recompute=op": "DeepSpeed's activation checkpointing (deepspeed.checkpointing) recomputes whole "
+                                 "layers; it has no per-op selective policy"},
         mesh_orders=(DEFAULT_MESH_AXES,), mesh_text="DeepSpeed 0.19.8 takes its ranks from the mpu in one order"),
 }
 """Per framework name (`names.FRAMEWORK_NAMES`), what it runs; "any" runs everything."""

@@ -6,8 +6,21 @@ this module imports nothing (no numpy, no pydantic), like `planner.layout.schedu
 
 from __future__ import annotations
 
-RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
-"""Activation recomputation policies (Korthikanti et al. 2022), by their code in the layout table."""
+RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full", "op")
+"""Activation recomputation policies, by their code in the layout table (a new one is appended, so the codes of
+the others stay); what each means is `RECOMPUTE_MEANINGS`."""
+RECOMPUTE_MEANINGS: dict[str, str] = {
+    "none": "nothing recomputed",
+    "selective": "the attention core softmax(QK^T)V recomputed (Korthikanti et al. 2022)",
+    "full": "each decoder layer recomputed from its input",
+    "op": "TorchTitan's per-op selective AC: matmul, attention and SP reduce-scatter outputs kept except every "
+          "second matmul; the rest recomputed",
+}
+"""One line per policy (CLI help, docs). `op` follows TorchTitan's `selective_ac_option = "op"`
+(torchtitan/distributed/activation_checkpoint.py, `_save_list` and the custom policy): inside each decoder
+layer the outputs of aten.mm, the SDPA kernels, c10d reduce_scatter_tensor and aten.max are saved, except every
+second aten.mm counted in the layer's forward (and counted the same way in the recompute); every other op is
+recomputed. Which matmuls are recomputed follows the order the layer calls them (executor.ac)."""
 
 DEFAULT_MESH_AXES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """Mesh axes, outermost first: TP varies fastest (consecutive ranks, inside an NVLink domain), PP slowest."""

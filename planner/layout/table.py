@@ -39,7 +39,7 @@ __all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "MESH_ORDERS", "NUM_SEARCHED_ORDERS",
 
 
 RecomputeCode = IntEnum("RecomputeCode", {name.upper(): code for code, name in enumerate(RECOMPUTE_NAMES)})
-"""Codes of the `rc` column: NONE, SELECTIVE, FULL (the order of `names.RECOMPUTE_NAMES`)."""
+"""Codes of the `rc` column: NONE, SELECTIVE, FULL, OP (the order of `names.RECOMPUTE_NAMES`)."""
 
 SEARCHED_ORDERS: tuple[tuple[str, ...], ...] = (
     DEFAULT_MESH_AXES,  # PP outermost: DP groups stay near each other

@@ -11,7 +11,8 @@ Conventions (all per token, forward unless named otherwise):
 - Backward = 2 x forward (gradients w.r.t. inputs and weights), so model FLOPs = 3 x forward.
   Hardware FLOPs add what recomputation repeats: "full" = one more forward of every layer (not the
   logits: Megatron checkpoints the transformer layers only), "selective" = one more forward of the
-  attention core (Korthikanti Sec.4.2 recomputes QK^T, softmax, dropout and attention x V).
+  attention core (Korthikanti Sec.4.2 recomputes QK^T, softmax, dropout and attention x V), "op" = the
+  matmuls per-op selective checkpointing recomputes (every second one in call order: op_recomputed_share).
   Note: Korthikanti Eq.8 writes hardware FLOPs as 72BLsh^2(1 + s/3h + V/12hL), which charges the selective
   recompute 12Bs^2h per layer, three times the attention core's forward 4Bs^2h. We count the one extra
   forward (4Bs^2h), i.e. 72BLsh^2(1 + 2s/9h + V/12hL) with causal=False; Eq.8 is higher by 8BLs^2h.
@@ -48,6 +49,7 @@ class LayerFlops:
     mlp: int
     moe_router: int
     moe_experts: int
+    op_recompute: int = 0  # matmul FLOPs recompute policy "op" repeats (op_recomputed_share)
     total: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +135,7 @@ def layer_forward_flops(spec: ModelSpec, is_moe: bool, seq_len: int, causal: boo
         mlp=mlp,
         moe_router=router,
         moe_experts=experts,
+        op_recompute=int(op_recompute_flops(spec, is_moe)),
     )
 
 
@@ -144,6 +147,8 @@ def recompute_flops(layer: LayerFlops, recompute: str) -> int:
         return layer.attn_scores
     if recompute == "full":
         return layer.total
+    if recompute == "op":
+        return layer.op_recompute
     raise ValueError(f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_POLICIES)}")
 
 
@@ -265,3 +270,49 @@ def logits_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> tuple[str, int, in
     if tokens < 1 or tp < 1:
         raise ValueError(f"tokens={tokens} and tp={tp} must be positive")
     return ("lm_head", tokens, spec.hidden_size, -(-spec.vocab_size // tp))
+
+
+# Which weight matmuls per-op selective checkpointing (recompute policy "op") recomputes.
+#
+# The rule (TorchTitan `SelectiveAC`, torchtitan/distributed/activation_checkpoint.py: `_get_custom_policy`, and
+# executor/ac.py, which implements it): inside one decoder layer every aten.mm is counted in call order and every
+# second one (counts 2, 4, 6, ...) is recomputed, the rest saved. The call order is the executor's (executor/model.py
+# `Attention.forward` then `FeedForward.forward`), which is `layer_gemms`' order: q, k, v, out, then gate (w1), up
+# (w3), down (w2); so a Llama layer recomputes k, out and up, a GELU layer k, out and down. Two exceptions:
+# - a GEMM with a bias runs as aten.addmm (nn.Linear on a folded 3-D input), which is saved and not counted
+#   (TorchTitan 0.3's save set is torch's compute-intensive op list, addmm included);
+# - the MoE router's matmul is always recomputed and not counted (TorchTitan's default
+#   `force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]`).
+# Routed and shared experts run one small MLP per expert (executor/moe.py), so the alternation runs across the
+# experts' matmuls: each expert GEMM kind is recomputed on about half the experts (exactly half with an even count
+# of local experts); the cost model takes 1/2 for them.
+BIASED_WHEN_QKV_BIAS = ("attn_q", "attn_k", "attn_v")
+
+
+def _biased(spec: ModelSpec, name: str) -> bool:
+    if name == "moe_router":
+        return False
+    return spec.linear_bias or (spec.qkv_bias and name in BIASED_WHEN_QKV_BIAS)
+
+
+def op_recomputed_share(spec: ModelSpec, is_moe: bool) -> list[tuple[str, int, int, int, float]]:
+    """`layer_gemms(spec, is_moe, 1)` rows (name, rows per token, k, n at tp = 1), each with the share of its
+    calls that "op" recomputes (1, 0 or 1/2 for experts; see the comment above)."""
+    out, count = [], 0
+    for name, m, k, n in layer_gemms(spec, is_moe, 1, tp=1):
+        if name == "moe_router":
+            share = 1.0
+        elif _biased(spec, name):
+            share = 0.0
+        elif name.startswith(("moe_expert", "moe_shared")):
+            share = 0.5
+        else:
+            count += 1
+            share = 1.0 if count % 2 == 0 else 0.0
+        out.append((name, m, k, n, share))
+    return out
+
+
+def op_recompute_flops(spec: ModelSpec, is_moe: bool) -> float:
+    """Forward matmul FLOPs per token that "op" repeats in one layer's backward."""
+    return sum(2.0 * m * k * n * share for _, m, k, n, share in op_recomputed_share(spec, is_moe))

@@ -145,7 +145,7 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
         cp_exposed = np.minimum(*(comm.cp_exposed_s(ctx, cp_f, t.attn_fwd_s)
                                   + comm.cp_exposed_s(ctx, cp_f, t.bwd_s / np.maximum(t.fwd_s, 1e-30) * t.attn_fwd_s)
                                   for t in both))
-        rec = np.minimum(*(compute.recompute_time_s(rc, t.fwd_s, t.attn_fwd_s) for t in both))
+        rec = np.minimum(*(compute.recompute_time_s(rc, t) for t in both))
         u += wk * (np.minimum(*(t.fwd_s + t.bwd_s for t in both)) + rec + tp_exposed + cp_exposed)
         ug += wk * (np.minimum(*(t.fwd_s + t.bwd_s - 2 * t.wgrad_s for t in both)) + rec + tp_exposed + cp_exposed)
     e0 = compute.embedding_time_s(ctx, tokens, tp)

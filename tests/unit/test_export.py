@@ -44,7 +44,8 @@ def ev(lay: Layout, fw: str, model=MODEL, w=WORKLOAD, cluster=CLUSTER) -> Plan:
 
 @pytest.fixture(scope="module")
 def titan() -> dict[str, Plan]:
-    """TorchTitan layouts: FSDP, HSDP + TP/SP + full AC, interleaved PP with an uneven partition, zero-bubble, CP."""
+    """TorchTitan layouts: FSDP, HSDP + TP/SP + full AC, interleaved PP with an uneven partition, zero-bubble, CP,
+    FSDP + TP/SP + per-op selective AC."""
     return {
         "fsdp": search(MODEL, CLUSTER, WORKLOAD, framework="torchtitan", pp=1)[0],
         "hsdp": ev(Layout(dp=8, tp=2, num_microbatches=8, zero=3, dp_shard=4, recompute="full", sequence_parallel=True),
@@ -52,6 +53,8 @@ def titan() -> dict[str, Plan]:
         "interleaved": search(MODEL, CLUSTER, WORKLOAD, framework="torchtitan", tp=2, pp=2, schedule="interleaved")[0],
         "zb": ev(Layout(dp=4, pp=4, num_microbatches=16, schedule="zb-h1", zero=3, dp_shard=4), "torchtitan"),
         "cp": ev(Layout(dp=4, tp=2, cp=2, num_microbatches=16, zero=3, dp_shard=4, sequence_parallel=True), "torchtitan"),
+        "op": ev(Layout(dp=8, tp=2, num_microbatches=8, zero=3, dp_shard=8, recompute="op", sequence_parallel=True),
+                 "torchtitan"),
     }
 
 
@@ -100,7 +103,11 @@ def titan_args(text: str) -> dict[str, str | bool]:
     return out
 
 
-@pytest.mark.parametrize("name", ["fsdp", "hsdp", "interleaved", "zb", "cp"])
+TITAN_AC = {"none": "none", "full": "full", "op": "selective"}
+"""TorchTitan 0.3's activation-checkpoint subcommands (ActivationCheckpointingConfig: SelectiveAC is per-op)."""
+
+
+@pytest.mark.parametrize("name", ["fsdp", "hsdp", "interleaved", "zb", "cp", "op"])
 def test_torchtitan_command_line_names_the_layout(titan, name: str) -> None:
     plan = titan[name]
     lay = plan.layout
@@ -113,8 +120,8 @@ def test_torchtitan_command_line_names_the_layout(titan, name: str) -> None:
     assert degrees == (lay.dp // shard, shard, lay.tp, lay.pp, lay.cp)
     assert int(args["--training.global_batch_size"]) == lay.global_batch
     assert int(args["--training.seq_len"]) == plan.inputs.workload.seq_len
-    assert (f"activation-checkpoint:{lay.recompute}" in args) and not any(
-        k.startswith("activation-checkpoint:") and k != f"activation-checkpoint:{lay.recompute}" for k in args)
+    ac = f"activation-checkpoint:{TITAN_AC[lay.recompute]}"
+    assert (ac in args) and not any(k.startswith("activation-checkpoint:") and k != ac for k in args)
     assert read_array(text, "TITAN_ARGS")[-1].startswith("activation-checkpoint:")  # tyro: the subcommand comes last
     if lay.zero == 3:
         assert args["--parallelism.fsdp_reshard_after_forward"] == ("always" if lay.pp == 1 else "default")
@@ -161,7 +168,7 @@ def test_torchtitan_moe_and_custom_models_get_a_registry_entry() -> None:
     assert 'L.model_registry("405B")' in read_heredoc(export(p405, "torchtitan").text, "PY")
 
 
-@pytest.mark.parametrize("name", ["fsdp", "hsdp", "interleaved", "zb", "cp"])
+@pytest.mark.parametrize("name", ["fsdp", "hsdp", "interleaved", "zb", "cp", "op"])
 def test_torchtitan_0_2_toml_names_the_layout(titan, name: str) -> None:
     plan = titan[name]
     lay = plan.layout
@@ -170,7 +177,10 @@ def test_torchtitan_0_2_toml_names_the_layout(titan, name: str) -> None:
     shard = lay.dp_shard if lay.zero else 1
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"], par["tensor_parallel_degree"],
             par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (lay.dp // shard, shard, lay.tp, lay.pp, lay.cp)
-    assert train["global_batch_size"] == lay.global_batch and cfg["activation_checkpoint"]["mode"] == lay.recompute
+    assert train["global_batch_size"] == lay.global_batch
+    # 0.2.2 ActivationCheckpoint: per-op SAC is mode "selective" with selective_ac_option "op".
+    assert cfg["activation_checkpoint"] == ({"mode": "selective", "selective_ac_option": "op"} if lay.recompute == "op"
+                                            else {"mode": lay.recompute})
     if lay.pp > 1:
         parts = par["module_fqns_per_model_part"]
         assert tuple(sum(n.startswith("layers.") for n in p) for p in parts) == lay.partition(MODEL.num_layers)
@@ -331,6 +341,15 @@ def test_a_plan_for_another_framework_is_refused_with_the_rule_or_replanned(mega
     assert result.plan is not None and result.plan.framework == "torchtitan"
     assert framework("torchtitan").breaches(result.plan.layout, MODEL, result.plan.inputs.workload) == []
     assert any(w.startswith("re-planned for TorchTitan 0.3.0") for w in result.warnings)
+
+
+@pytest.mark.parametrize("target", ["megatron", "deepspeed"])
+def test_per_op_recomputation_never_reaches_megatron_or_deepspeed(titan, target) -> None:
+    with pytest.raises(UserError) as info:
+        export(titan["op"], target)
+    assert f"[{target}.recompute]" in str(info.value)
+    replanned = export(titan["op"], target, replan=True).plan
+    assert replanned is not None and replanned.layout.recompute != "op"
 
 
 def test_expert_groups_meshplan_run_cannot_build_are_refused() -> None:

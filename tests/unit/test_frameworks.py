@@ -18,6 +18,7 @@ from planner.cli.options import FrameworkChoice
 from planner.errors import UserError
 from planner.frameworks import NAMES, PROFILES, framework
 from planner.layout import Layout, rules
+from planner.layout.names import RECOMPUTE_NAMES
 from planner.layout.rules import Facts
 from planner.model import load_model
 from planner.solver.exact import brute_force
@@ -36,7 +37,7 @@ def test_the_cli_choices_are_the_profiles() -> None:
     assert tuple(c.value for c in FrameworkChoice) == NAMES == ("meshplan", "torchtitan", "megatron", "deepspeed")
     for name in NAMES:
         p = PROFILES[name]
-        assert p.export_target and p.pip and set(p.allowed()["recompute"]) <= {"none", "selective", "full"}
+        assert p.export_target and p.pip and set(p.allowed()["recompute"]) <= set(RECOMPUTE_NAMES)
     assert set(PROFILES) == {*NAMES, "any"} and not PROFILES["any"].rules  # "any": what-if studies, no rules
 
 

@@ -16,7 +16,7 @@ from planner.api import evaluate, search
 from planner.cli.app import app
 from planner.cli.main import _register_commands
 from planner.errors import InfeasibleError, UserError
-from planner.layout import COLUMNS, Layout, Workload, row_to_layout, rules
+from planner.layout import COLUMNS, RECOMPUTE_NAMES, Layout, Workload, row_to_layout, rules
 from planner.layout.rules import RULES, Facts
 from planner.model import preset
 
@@ -27,7 +27,7 @@ def _random_table(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     return {"dp": rng.integers(1, 9, n), "tp": rng.integers(1, 9, n), "pp": rng.integers(1, 9, n),
             "cp": rng.integers(1, 5, n), "ep": rng.integers(1, 9, n), "mb": rng.integers(1, 5, n),
             "m": rng.integers(1, 17, n), "sched": rng.integers(0, 4, n), "v": rng.integers(1, 4, n),
-            "zero": rng.integers(0, 4, n), "dp_shard": rng.integers(1, 9, n), "rc": rng.integers(0, 3, n),
+            "zero": rng.integers(0, 4, n), "dp_shard": rng.integers(1, 9, n), "rc": rng.integers(0, len(RECOMPUTE_NAMES), n),
             "sp": rng.integers(0, 2, n), "order": rng.integers(0, 120, n)}
 
 

@@ -165,7 +165,7 @@ def test_flops_scale_linearly_with_layers(s: ModelSpec, seq: int, causal: bool) 
         assert many.forward_flops_per_token(seq, causal) - logits == n * (
             one.forward_flops_per_token(seq, causal) - logits
         )
-        for policy in ("none", "selective", "full"):
+        for policy in ("none", "selective", "full", "op"):
             t_many, t_one = (
                 many.training_flops_per_token(seq, policy, causal),
                 one.training_flops_per_token(seq, policy, causal),

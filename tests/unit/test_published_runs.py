@@ -313,7 +313,7 @@ def test_a_two_knob_reason_holds_both_published_settings_in_one_search() -> None
         return None, SimpleNamespace(prediction=SimpleNamespace(step_time_s=30.0))
 
     left = published_runs.unexplained_gain_pct(case, 24.0, 31.0, 32.0, best_s)
-    assert asked == [{**FRAMEWORKS["megatron-lm-2021"]["features"], "recompute": "full", "schedule": "1f1b"}]
+    assert asked == [{**published_runs.framework_features("megatron-lm-2021"), "recompute": "full", "schedule": "1f1b"}]
     assert left == pytest.approx(100 * (31.0 / 30.0 - 1))
 
 
@@ -339,7 +339,7 @@ def test_a_pp_reason_holds_the_published_pipeline_and_judges_the_rest_against_th
     measured = published / step_time_s(faster, build_model(faster))[0]
     assert measured > 1.0
     left = published_runs.unexplained_gain_pct(case, 74.0, 1.54, published, held_at(1.30))
-    assert asked == [{**FRAMEWORKS["megatron-lm-2023-zb"]["features"], "pp": 8}]
+    assert asked == [{**published_runs.framework_features("megatron-lm-2023-zb"), "pp": 8}]
     assert left == pytest.approx(100 * ((1.54 / 1.30) / measured - 1))
     # The held pick no faster than the measured alternative: nothing left to explain, whatever the unheld claim.
     assert published_runs.unexplained_gain_pct(case, 74.0, 1.54, published, held_at(1.54 / measured)) == pytest.approx(0.0)
@@ -661,3 +661,15 @@ def test_nemotron4_layer_style_and_a_stated_interleaving_past_the_search_limit()
     assert published_runs._chunk_limit(big, model, published_runs.workload(big), pins) == {"max_virtual_stages": 12}
     assert published_runs._chunk_limit(_case("dgxc2024_h100_bf16_llama3.1-70b_64gpu"), model, published_runs.workload(big),
                                        published_runs._pins(_case("dgxc2024_h100_bf16_llama3.1-70b_64gpu"))) == {}
+
+
+def test_per_op_selective_ac_rows_pin_op_and_only_torchtitan_runs_it() -> None:
+    """Rows whose source states TorchTitan's per-op selective AC ('selective op', per-op SAC) pin recompute "op" and
+    carry no recompute gap for it; the pick searches "op" only inside TorchTitan's frameworks."""
+    per_op = [c for c in load_runs().cases if "per-op SAC" in str(c.recompute.setting) or "'selective op'" in str(c.recompute.setting)]
+    assert len(per_op) == 11
+    for case in per_op:
+        assert case.recompute.policy == "op" and case.framework.startswith("torchtitan"), case.id
+        assert not [g for g in case.gaps if g.kind == "recompute"], case.id
+    for name in FRAMEWORKS:
+        assert ("op" in published_runs.framework_features(name)["recompute"]) == name.startswith("torchtitan"), name

@@ -47,3 +47,19 @@ def test_full_recomputation_raises_the_bound() -> None:
     plain = micro_batch_bounds(ctx, bw, Pins(), *cols, table["mb"])
     full = micro_batch_bounds(ctx, bw, Pins(), *cols, table["mb"], rc=table["rc"])
     assert np.all(full > plain * 1.1) and np.all(full <= res.step_time_s)
+
+
+def test_op_recomputation_bound_lies_between_none_and_full() -> None:
+    """Per-op recomputation repeats some matmuls and the element-wise forward: its bound rises above the
+    policy-free one, stays below every "op" layout's step time and below the full-recomputation bound."""
+    from tests.unit.test_search_prepared import _ctx
+
+    ctx = _ctx()
+    table, res = brute_force(ctx, Pins({"recompute": "op"}), SearchLimits(max_micro_batch=4))
+    assert len(table["rc"]) and np.all(table["rc"] == RecomputeCode.OP)
+    cols = [table[k] for k in ("tp", "cp", "pp", "dp", "ep")]
+    bw = AxisBandwidth(ctx.topology)
+    plain = micro_batch_bounds(ctx, bw, Pins(), *cols, table["mb"])
+    op = micro_batch_bounds(ctx, bw, Pins(), *cols, table["mb"], rc=table["rc"])
+    full = micro_batch_bounds(ctx, bw, Pins(), *cols, table["mb"], rc=np.full_like(table["rc"], RecomputeCode.FULL))
+    assert np.all(op > plain) and np.all(op < full) and np.all(op <= res.step_time_s)

@@ -1,0 +1,124 @@
+"""The cost model's activation memory and recomputed matmul FLOPs per layer, checked against what torch really
+keeps and repeats when one executor decoder layer runs under each recompute policy.
+
+Saved bytes: the layer runs forward under a dispatch mode that notes the storage of every tensor an op makes;
+after the forward, the storages still alive (other than the layer's output) are exactly what autograd and the
+checkpoint hold for the backward (deduplicated by storage: views share one). The layer input, made before the
+forward, is held by every policy (the first norm saves it; a checkpoint keeps its inputs) and is added. The
+parameters and the RoPE tables are not activations (shared across layers) and are excluded.
+
+Recomputed FLOPs: FlopCounterMode over forward + backward under "op" minus under "none" is the matmul work the
+recompute repeats (attention is saved, element-wise ops count no FLOPs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+import hardware_profiles
+from executor.ac import apply_ac
+from executor.layers import rope_tables
+from executor.model import Block
+from executor.model_args import from_spec
+from planner.api import make_context
+from planner.cost import memory
+from planner.layout import Workload
+from planner.layout.names import RECOMPUTE_NAMES
+from planner.model import ModelSpec
+
+B, S = 2, 64
+LLAMA = ModelSpec(name="tiny-llama", num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=160,
+                  vocab_size=128, max_seq_len=S, mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False)
+GELU = LLAMA.model_copy(update={"name": "tiny-gelu", "mlp": "gelu", "num_kv_heads": 4})
+
+
+class _Made(TorchDispatchMode):
+    """Weak references to the storage of every tensor an op returns, by storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: dict[int, StorageWeakRef] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                ref = StorageWeakRef(t.untyped_storage())
+                self.made.setdefault(ref.cdata, ref)
+        return out
+
+
+class _OneLayer(torch.nn.Module):
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleDict({"0": block})  # what apply_ac wraps
+
+
+def _layer(spec: ModelSpec, policy: str):
+    args = from_spec(spec)
+    torch.manual_seed(0)
+    part = _OneLayer(Block(args, 0).to(torch.bfloat16))
+    apply_ac(part, policy)
+    cos, sin = rope_tables(torch.arange(S), args.head_dim, args.rope_theta)
+    x = torch.randn(B, S, spec.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    return part, x, cos, sin
+
+
+def torch_saved_bytes(spec: ModelSpec, policy: str) -> int:
+    part, x, cos, sin = _layer(spec, policy)
+    outside = {StorageWeakRef(t.untyped_storage()).cdata for t in [*part.parameters(), x, cos, sin]}
+    mode = _Made()
+    with mode:
+        y = part.layers["0"](x, cos, sin)
+    outside.add(StorageWeakRef(y.untyped_storage()).cdata)
+    alive = [ref for key, ref in mode.made.items() if key not in outside and not ref.expired()]
+    held = sum(torch.UntypedStorage._new_with_weak_ptr(ref.cdata).nbytes() for ref in alive)
+    y.float().sum().backward()  # the graph is whole: the backward runs
+    return held + x.numel() * x.element_size()
+
+
+def model_bytes(spec: ModelSpec, policy: str) -> float:
+    ctx = make_context(spec, hardware_profiles.cluster("dgx-h100", gpus=8), Workload(global_batch=8, seq_len=S),
+                       framework="any")  # 16-bit activations, FlashAttention: the executor's bf16 SDPA
+    one = np.array([1])
+    return float(memory.activation_bytes_per_layer(ctx, np.array([B]), one, one, np.array([False]),
+                                                   np.array([RECOMPUTE_NAMES.index(policy)]))[0])
+
+
+@pytest.mark.parametrize("spec", [LLAMA, GELU], ids=["swiglu-gqa", "gelu-mha"])
+@pytest.mark.parametrize("policy", ["full", "op"])
+def test_saved_bytes_match_torch_exactly(spec, policy) -> None:
+    # Exact: these formulas list the very tensors the policy keeps, at their shapes and dtypes.
+    assert model_bytes(spec, policy) == torch_saved_bytes(spec, policy)
+
+
+@pytest.mark.parametrize("policy", ["none", "selective"])
+def test_korthikanti_counts_are_below_what_eager_torch_keeps(policy) -> None:
+    # The Korthikanti et al. 2022 count of none / selective is a fused-kernel count: eager PyTorch also keeps
+    # RoPE's fp32 copies of q and k, the GQA-repeated K and V, the SDPA output with its log-sum-exp beside the
+    # reshaped copy the output projection reads, and the norms' statistics. Measured: the model gives 0.58
+    # (none) and 0.60 (selective) of torch's bytes at these shapes; this pins that it stays a strict
+    # under-count within that band, so a change to either side shows here.
+    ratio = model_bytes(LLAMA, policy) / torch_saved_bytes(LLAMA, policy)
+    assert 0.5 < ratio < 0.7
+
+
+def _flops(spec: ModelSpec, policy: str) -> int:
+    part, x, cos, sin = _layer(spec, policy)
+    with FlopCounterMode(display=False) as counter:
+        part.layers["0"](x, cos, sin).float().sum().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("spec", [LLAMA, GELU], ids=["swiglu-gqa", "gelu-mha"])
+def test_op_recomputed_matmul_flops_match_torch(spec) -> None:
+    measured = _flops(spec, "op") - _flops(spec, "none")
+    # Exact: both count 2 m k n per recomputed matmul and nothing else (attention is saved, not recomputed).
+    assert measured == spec.layer_recompute_flops(0, S, "op") * B * S
+    assert measured > 0
