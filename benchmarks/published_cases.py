@@ -183,6 +183,9 @@ class PublishedRun(BaseModel):
     runtime: str | None = Field(None, description="Training runtime as the source ran it (pytorch, pytorch-compile, ...).")
     tp_comm_overlap: bool | None = Field(None, description="TP collectives pipelined with the GEMMs (PyTorch async TP, "
                                          "Megatron --tp-comm-overlap); None: the framework's default.")
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="Precision of the DP gradient reduction as the source ran it (Workload.grad_reduce_dtype); "
+        "None: fp32, what the framework's runtime reduces in.")
     throughput: dict[str, Any]
     derived: dict[str, Any] | None = None
     step_time: StepTime | None = None

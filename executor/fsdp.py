@@ -31,7 +31,8 @@ chunk root is not): with resharding, ZeRO-3 zb-h1 gives wrong expert gradients (
 under pipeline parallelism ZeRO-3 holds gathered weights until the step's reduction anyway
 (planner.cost.memory.state_sharding_stage).
 
-Mixed precision: bf16 compute with fp32 gradient reduction on GPU (`MixedPrecisionPolicy`), fp32 on CPU.
+Mixed precision: bf16 compute on GPU, fp32 on CPU; gradients reduced in fp32, or in bf16 where the plan's
+`Workload.grad_reduce_dtype` says so (`MixedPrecisionPolicy.reduce_dtype`; gloo reduces bf16 too, so CPU runs it).
 """
 
 from __future__ import annotations
@@ -45,10 +46,15 @@ from executor.model import Transformer
 from executor.moe import MoE
 
 
-def mixed_precision(param_dtype: torch.dtype | None) -> MixedPrecisionPolicy:
-    if param_dtype is None:
+def mixed_precision(param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None = None) -> MixedPrecisionPolicy:
+    """FSDP2's policy: compute in `param_dtype` (None: the fp32 parameters themselves), reduce gradients in
+    `reduce_dtype` (the plan's `Workload.grad_reduce_dtype`; None: fp32). FSDP2 casts each unsharded gradient to
+    reduce_dtype before its reduce-scatter / all-reduce and the reduced shard back to the fp32 parameter's dtype,
+    so bf16 halves the collective's bytes while the optimizer still sees fp32 gradients."""
+    reduce = reduce_dtype if reduce_dtype is not None else torch.float32
+    if param_dtype is None and reduce == torch.float32:
         return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce)
 
 
 def apply_fsdp(
@@ -57,14 +63,16 @@ def apply_fsdp(
     *,
     zero: int,
     param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype | None = None,
     per_layer: bool = True,
     expert_mesh: DeviceMesh | None = None,
 ) -> None:
     """Wrap `part` for data parallelism over `mesh` in place (skipped when the mesh has one rank and no
-    mixed precision is asked for: there is nothing to reduce), its experts over `expert_mesh` under EP."""
+    mixed precision is asked for: there is nothing to reduce), its experts over `expert_mesh` under EP;
+    gradients are reduced in `reduce_dtype` (`mixed_precision`)."""
     if mesh.size() == 1 and param_dtype is None:
         return
-    mp = mixed_precision(param_dtype)
+    mp = mixed_precision(param_dtype, reduce_dtype)
     if expert_mesh is not None:
         for moe in [m for m in part.modules() if isinstance(m, MoE)]:
             if zero == 0:

@@ -63,6 +63,7 @@ def apply_plan(
     seq_len: int,
     seed: int,
     param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype | None = None,
 ) -> ParallelModel:
     layout = meshes.layout
     with torch.device("meta"):
@@ -77,7 +78,8 @@ def apply_plan(
         apply_tp(part, meshes.tp, sequence_parallel=layout.sequence_parallel)
         apply_cp(part, meshes.cp)
         apply_ac(part, layout.recompute)
-        apply_fsdp(part, meshes.fsdp, zero=layout.zero, param_dtype=param_dtype, per_layer=not zero_bubble,
+        apply_fsdp(part, meshes.fsdp, zero=layout.zero, param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                   per_layer=not zero_bubble,
                    expert_mesh=meshes.expert_dp)
         materialize(part, device, num_layers=args.num_layers, seed=seed)
         part.set_positions(positions.to(device))

@@ -122,6 +122,12 @@ def param_dtype_for(plan: Plan, world: World) -> torch.dtype | None:
     )
 
 
+def reduce_dtype_for(plan: Plan) -> torch.dtype | None:
+    """The gradient-reduction dtype the plan asks for (`Workload.grad_reduce_dtype`): bf16, or None for the fp32
+    default. Honoured on CPU too: gloo all-reduces and reduce-scatters bf16 tensors."""
+    return torch.bfloat16 if plan.inputs.workload.grad_reduce_dtype == "bf16" else None
+
+
 def build_run(
     plan: Plan, opts: RunOptions, world: World, *, where: str = "plan", optimizer: OptimizerConfig | None = None
 ) -> Run:
@@ -129,7 +135,8 @@ def build_run(
     spec, args, seq_len = check_plan(plan, smoke=opts.smoke, where=where)
     meshes = build_meshes(plan.layout, world.device.type)
     model = apply_plan(
-        args, meshes, device=world.device, seq_len=seq_len, seed=opts.seed, param_dtype=param_dtype_for(plan, world)
+        args, meshes, device=world.device, seq_len=seq_len, seed=opts.seed, param_dtype=param_dtype_for(plan, world),
+        reduce_dtype=reduce_dtype_for(plan),
     )
     optimizers = build_optimizers(model, optimizer or OptimizerConfig(lr=opts.lr))
     if opts.data is not None:

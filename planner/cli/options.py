@@ -26,6 +26,7 @@ from planner.layout.names import (
     DEFAULT_MESH_AXES,
     DEFAULT_SEQ_LEN,
     FRAMEWORK_NAMES,
+    GRAD_REDUCE_DTYPES,
     RECOMPUTE_MEANINGS,
     RECOMPUTE_NAMES,
     RUNTIME_NAMES,
@@ -46,6 +47,7 @@ FLAG_OF = {
     "zero": "--zero", "dp_shard": "--dp-shard", "recompute": "--recompute",
     "sequence_parallel": "--sequence-parallel", "mesh_axes": "--mesh-axes", "global_batch": "--global-batch",
     "global_batch_tokens": "--global-batch-tokens", "seq_len": "--seq-len", "layer_partition": "layer_partition",
+    "grad_reduce_dtype": "--grad-reduce-dtype",
 }
 
 
@@ -55,6 +57,10 @@ ScheduleChoice = Enum("ScheduleChoice", [(name, name) for name in SCHEDULE_NAMES
 
 RuntimeChoice = Enum("RuntimeChoice", [(name.replace("-", "_"), name) for name in RUNTIME_NAMES], type=str)
 """--runtime values: the names of `Workload.runtime` (planner.layout.names.RUNTIME_NAMES)."""
+
+
+GradReduceChoice = Enum("GradReduceChoice", [(name, name) for name in GRAD_REDUCE_DTYPES], type=str)
+"""--grad-reduce-dtype values: those of `Workload.grad_reduce_dtype`."""
 
 
 class ObjectiveChoice(str, Enum):
@@ -117,6 +123,9 @@ INPUTS = OptionGroup("inputs", (
          "Pipeline TP collectives with their GEMMs (Megatron --tp-comm-overlap, PyTorch async TP); needs a "
          "pytorch-compile or megatron runtime. (default: the --framework's: on for megatron)", _IN,
          show_default=False),
+    _opt("grad_reduce_dtype", GradReduceChoice, "--grad-reduce-dtype",
+         "Precision of the data-parallel gradient reduction: fp32, or bf16 for half the DP traffic at some loss of "
+         "precision across many ranks (FSDP reduce_dtype, Megatron --grad-reduce-in-bf16). (default: fp32)", _IN),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
@@ -235,7 +244,8 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
                                       global_batch_tokens=raw.get("global_batch_tokens"), seq_len=raw.get("seq_len"),
                                       overlap_dp_comm=False if raw.get("no_dp_overlap") else None,
                                       runtime=runtime if runtime or not overlap_tp else _framework_runtime(framework),
-                                      tp_comm_overlap=overlap_tp)
+                                      tp_comm_overlap=overlap_tp,
+                                      grad_reduce_dtype=getattr(raw.get("grad_reduce_dtype"), "value", None))
     except ValidationError as exc:
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
                         fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None

@@ -46,6 +46,7 @@ from planner.cli._run_launch import held_back as _held_back  # noqa: F401 (tests
 from planner.cli._run_launch import launch as _launch
 from planner.cli._run_launch import torchrun_cmd as _torchrun_cmd
 from planner.cli.app import abort, app, err, write_json_output
+from planner.cli.options import GradReduceChoice
 from planner.errors import UserError
 from planner.plan.run_options import MAX_COLLECTIVE_TIMEOUT_S, MIN_COLLECTIVE_TIMEOUT_S
 
@@ -73,9 +74,10 @@ def _summarise(plan: Any, plan_path: Path, metrics: Path, smoke: bool) -> RunSum
     return summarise(plan, plan_path, metrics, smoke)
 
 
-def _default_plan(nproc: int, keep_world: bool = False, measured: bool = True, global_batch: int | None = None):
+def _default_plan(nproc: int, keep_world: bool = False, measured: bool = True, global_batch: int | None = None,
+                  grad_reduce_dtype: str | None = None):
     """The best plan for the tiny model on `nproc` local gloo ranks with the model's default workload (or
-    `global_batch` sequences), on this machine's measured local-cpu profile (planner.calibration.local_cache;
+    `global_batch` sequences, `grad_reduce_dtype` reductions), on this machine's measured local-cpu profile (planner.calibration.local_cache;
     `measured=False`: the built-in one, for callers that only need the model and workload); with `keep_world`
     (the user gave --nproc), the best that uses all `nproc`."""
     import hardware_profiles as hp
@@ -88,7 +90,7 @@ def _default_plan(nproc: int, keep_world: bool = False, measured: bool = True, g
         return cli_cluster("local-cpu", gpus=gpus) if measured else hp.cluster("local-cpu", gpus=gpus)
 
     model = preset(DEFAULT_MODEL)
-    workload = Workload.for_model(model, global_batch=global_batch)
+    workload = Workload.for_model(model, global_batch=global_batch, grad_reduce_dtype=grad_reduce_dtype)
     plan = best_plan(model, local(nproc), workload, world=nproc if keep_world else None)
     if plan is None:
         fits = [n for n in range(1, 9) if best_plan(model, local(n), workload, world=n)]
@@ -104,6 +106,9 @@ def run_command(
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps."),
     global_batch: int = typer.Option(None, "--global-batch", min=1, metavar="SEQS", help="Sequences per step of the "
                                      "tiny model planned here (no PLAN.json). (default: 512)"),
+    grad_reduce_dtype: GradReduceChoice = typer.Option(
+        None, "--grad-reduce-dtype", help="Gradient-reduction precision of the tiny model planned here (no "
+        "PLAN.json; a plan fixes its own): fp32, or bf16 for half the DP traffic. (default: fp32)"),
     smoke: bool = typer.Option(False, "--smoke", help="Toy-size model and batch with the plan's layout (runs anywhere; "
                                "not compared with the full-size predictions)."),
     metrics: Path = typer.Option(None, "--metrics", metavar="FILE", help="JSON-lines metrics (default RUN_DIR/metrics.jsonl; "
@@ -158,13 +163,17 @@ def run_command(
         if global_batch is not None and plan_file is not None:
             raise UserError(f"--global-batch applies when no plan is given; {plan_file} fixes its own batch",
                             fix="drop --global-batch, or re-plan with meshplan plan --global-batch")
+        if grad_reduce_dtype is not None and plan_file is not None:
+            raise UserError(f"--grad-reduce-dtype applies when no plan is given; {plan_file} fixes its own",
+                            fix="drop --grad-reduce-dtype, or re-plan with meshplan plan --grad-reduce-dtype")
         if metrics is not None:  # the run writes it from scratch, or appends to it when resuming
             check_targets(metrics, force=force or resume is not None)
         if run_dir is not None:
             check_output_folder(run_dir, option="--run-dir")
     except UserError as exc:
         abort(str(exc))
-    default_plan = functools.partial(_default_plan, global_batch=global_batch)
+    default_plan = functools.partial(_default_plan, global_batch=global_batch,
+                                     grad_reduce_dtype=grad_reduce_dtype.value if grad_reduce_dtype else None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if replan_if_off is not None or calibrate:  # planner/cli/run_replan.py
         from planner.cli import run_replan

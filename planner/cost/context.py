@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
+from planner.cost.runtime import megatron_grad_buffer_16bit
 from planner.layout import Workload, rules
 from planner.model import ModelSpec
 from planner.model.flops import gemm_tp_split, op_recomputed_share
@@ -225,8 +226,9 @@ class CostContext:
     def optimizer_bytes(self) -> int:
         if not self.mixed_precision:
             return OPTIMIZER_BYTES_FP32
-        fp16_megatron = self.workload.runtime == "megatron" and self.workload.dtype == "fp16"
-        return OPTIMIZER_BYTES_MIXED + (FP16_OPTIMIZER_GRAD_COPY_BYTES if fp16_megatron else 0)
+        # The fp32 copy of a 16-bit Megatron gradient buffer (fp16 runs, or bf16 with --grad-reduce-in-bf16).
+        copies = megatron_grad_buffer_16bit(self.workload)
+        return OPTIMIZER_BYTES_MIXED + (FP16_OPTIMIZER_GRAD_COPY_BYTES if copies else 0)
 
     # Model totals --------------------------------------------------------------------------------
     @cached_property

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import overhead
-from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, grad_reduce_bytes, runtime_costs
+from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, grad_buffer_step_bytes, grad_reduce_bytes, runtime_costs
 
 # Element-wise kernels per op of an eager decoder layer (executor/model.py Block), (forward, backward):
 EAGER_KERNELS = {
@@ -58,7 +58,7 @@ def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.nda
         per_param, per_step = 24.0 + ctx.grad_bytes + ctx.weight_bytes, 0.0
     else:
         per_param = rc.optimizer_bytes_per_param + rc.clip_bytes_per_param
-        per_step = rc.step_bytes_per_unsharded_param + (2.0 * grad_reduce_bytes(ctx) if rc.scales_grad_buffer else 0.0)
+        per_step = grad_buffer_step_bytes(ctx) + (2.0 * grad_reduce_bytes(ctx) if rc.scales_grad_buffer else 0.0)
     traffic = (local * per_param + params * per_step) / ctx.memory_bandwidth_Bps
     # An unfused optimizer (eager PyTorch AdamW on CPU) makes many passes: its measured time per parameter,
     # where calibrated (planner.cost.overhead), bounds the step from below.

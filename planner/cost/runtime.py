@@ -32,6 +32,7 @@ from planner.layout.names import RUNTIME_NAMES
 KERNEL_LAUNCH_GAP_S = 1.0e-6
 
 FP32_BYTES = 4
+BF16_BYTES = 2
 
 # HBM bytes per local parameter and micro-batch of an unfused gradient accumulation (Workload.grad_accumulation_fusion
 # False): Megatron-LM 2021 (aed2f75e, megatron/model/distributed.py DistributedDataParallel param_hook) runs
@@ -244,17 +245,49 @@ def runtime_costs(workload) -> RuntimeCosts:
 def grad_reduce_bytes(ctx) -> int:
     """Bytes per gradient element the data-parallel reduction moves.
 
-    Mixed-precision training reduces fp32 gradients in both stacks: FSDP2/replicate with the executor's
+    Mixed-precision training reduces fp32 gradients in both stacks by default: FSDP2/replicate with the executor's
     `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)` (executor/fsdp.py), and Megatron-LM, whose
     arguments.py turns on `accumulate_allreduce_grads_in_fp32` for every bf16 run ("bfloat16 requires gradient
     accumulation and all-reduce to be done in fp32"). fp16 Megatron runs (loss scaling) reduce 16-bit gradients;
     fp32 runs (CPU) reduce fp32.
+    `Workload.grad_reduce_dtype` "bf16" reduces 2-byte gradients in every runtime and ZeRO stage, because each
+    stack then runs every DP gradient collective in bf16: FSDP2 casts the unsharded gradient to
+    `MixedPrecisionPolicy.reduce_dtype` before its reduce-scatter/all-reduce (torch/distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py foreach_reduce: `reduce_dtype` for the reduce-scatter input and the all-reduce of HSDP);
+    Megatron-Core's `--grad-reduce-in-bf16` sets DistributedDataParallelConfig.grad_reduce_in_fp32 False, so the
+    contiguous grad buffer, and every bucket it reduce-scatters or all-reduces, is in the parameters' bf16
+    (megatron/core/distributed/distributed_data_parallel.py: `grad_dtype = torch.float if grad_reduce_in_fp32 else
+    param.dtype`); DeepSpeed's `communication_data_type: "bf16"` casts gradients to it before its all-reduce /
+    reduce-scatter (deepspeed/runtime/engine.py communication_data_type, allreduce_bucket).
     """
+    if getattr(ctx.workload, "grad_reduce_dtype", "fp32") == "bf16":
+        return BF16_BYTES
     if not ctx.mixed_precision:
         return ctx.grad_bytes
     if ctx.workload.dtype == "fp16" and ctx.workload.runtime == "megatron":
         return ctx.grad_bytes
     return FP32_BYTES
+
+
+def megatron_grad_buffer_16bit(workload) -> bool:
+    """Megatron keeps its contiguous gradient buffer (`main_grad`) in 16 bits: fp16 runs (no fp32 accumulation) and
+    bf16 runs with `--grad-reduce-in-bf16` (grad_dtype = param.dtype, `grad_reduce_bytes`). Its optimizer then
+    makes an fp32 copy of each (shard's) gradient for the update (`context.FP16_OPTIMIZER_GRAD_COPY_BYTES`:
+    Megatron-Core distrib_optimizer._copy_model_grads_to_main_grads `shard_main_param.grad =
+    shard_model_grad.float()`, a no-op cast only when the buffer is fp32)."""
+    if getattr(workload, "runtime", "pytorch") != "megatron":
+        return False
+    return workload.dtype == "fp16" or getattr(workload, "grad_reduce_dtype", "fp32") == "bf16"
+
+
+def grad_buffer_step_bytes(ctx) -> float:
+    """HBM bytes per unsharded parameter the runtime moves once per step outside the optimizer
+    (`RuntimeCosts.step_bytes_per_unsharded_param`: Megatron zeroes its fp32 gradient buffer), halved where that
+    buffer is bf16 (`Workload.grad_reduce_dtype` bf16; fp16 runs keep the count they were validated with)."""
+    per_param = runtime_costs(ctx.workload).step_bytes_per_unsharded_param
+    if getattr(ctx.workload, "grad_reduce_dtype", "fp32") == "bf16":
+        return per_param * BF16_BYTES / FP32_BYTES
+    return per_param
 
 
 def p2p_sync_s(ctx) -> float:

@@ -6,7 +6,10 @@ with an mpu (TP or PP in the model code, e.g. Megatron-DeepSpeed) it is world / 
 ranks as data-parallel too: the export computes it that way (DeepSpeed's own count), and the framework rules
 keep cp = 1 (DeepSpeed has no ring or all-gather context parallelism). zero_optimization.stage is the plan's
 ZeRO stage over all data-parallel ranks (MiCS, the only sub-group sharding, was removed in 0.19.7; HSDP plans
-are refused by the rules). Gradient communication overlaps with the backward (overlap_comm), as costed.
+are refused by the rules). Gradient communication overlaps with the backward (overlap_comm), as costed, in the
+plan's `Workload.grad_reduce_dtype` (communication_data_type "fp32" or "bf16": runtime/config.py
+get_communication_data_type; the engine casts each bucket to it before the all-reduce, and the ZeRO optimizers
+reduce-scatter in it).
 
 The file starts with `#` comment lines naming the release and plan; DeepSpeed reads them (hjson). Tools that
 parse the config with the strict `json` module (e.g. a Hugging Face Trainer) need them removed.
@@ -42,6 +45,9 @@ def config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     }
     if lay.zero >= 1:
         cfg["zero_optimization"].update({"overlap_comm": w.overlap_dp_comm, "contiguous_gradients": True})
+    # Always stated: left unset, DeepSpeed reduces in the training dtype (engine.communication_data_type returns
+    # bf16 for a bf16 run), not in the precision the plan was costed with (`Workload.grad_reduce_dtype`).
+    cfg["communication_data_type"] = w.grad_reduce_dtype
     if w.dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
     elif w.dtype == "fp16":

@@ -11,7 +11,8 @@ optim_grads_params); HSDP -> --num-distributed-optimizer-instances (replicas). T
 data-parallel traffic overlapped: --overlap-grad-reduce (and --overlap-param-gather with a sharded
 optimizer). Context parallelism: --cp-comm-type p2p (ring attention overlapping each step's K/V exchange with
 attention, Megatron's default and what the megatron runtime costs). TP-communication overlap (the megatron
-runtime's default, `Workload.tp_comm_overlap`): --tp-comm-overlap with sequence parallelism; stage-boundary sends
+runtime's default, `Workload.tp_comm_overlap`): --tp-comm-overlap with sequence parallelism; bf16 gradient reduction
+(`Workload.grad_reduce_dtype`): --grad-reduce-in-bf16; stage-boundary sends
 overlap compute by default, --no-overlap-p2p-communication where the workload says they block. Models without
 dropout (Llama-style) set --attention-dropout/--hidden-dropout 0 (Megatron's default is 0.1); RoPE models
 state --rotary-base (Megatron's default is 10000). CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication
@@ -116,6 +117,10 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     w = plan.inputs.workload
     if w.tp_comm_overlap and lay.sequence_parallel and lay.tp > 1:
         args.append("--tp-comm-overlap")  # "can happen only when sequence parallelism is enabled" (arguments.py)
+    if w.grad_reduce_dtype == "bf16":
+        # DDP/distributed-optimizer grad buffers, and their reduce-scatter/all-reduce, in bf16 (arguments.py: it
+        # turns accumulate_allreduce_grads_in_fp32 off; the rule megatron.grad-reduce-dtype keeps it to --bf16).
+        args.append("--grad-reduce-in-bf16")
     if lay.pp > 1 and lay.virtual_stages > 1 and not w.overlap_pp_comm:
         args.append("--no-overlap-p2p-communication")
     if lay.ep > 1:

@@ -265,6 +265,13 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
          "PyTorch's ScheduleInterleavedZeroBubble refuses compiled stages (\"we don't support input/weight backward "
          "split with torch.compile\", _check_torch_compile_compatibility)", "use schedule 1f1b or interleaved, or "
          "runtime pytorch (eager)", "torch/distributed/pipelining/schedules.py (torch 2.14)", TORCHTITAN),
+    Rule("torchtitan.grad-reduce-dtype", ("dp", "cp"), ("grad_reduce_dtype",),
+         lambda c, f: (f.grad_reduce_dtype != "bf16") | (c["dp"] * c["cp"] == 1),
+         lambda r, f: "TorchTitan 0.3.0 reduces gradients in fp32 only (training.mixed_precision_reduce accepts "
+         "\"float32\" alone); this plan reduces them in bf16", "plan with --grad-reduce-dtype fp32 (or for another "
+         "framework: --framework megatron, deepspeed or meshplan)",
+         "config/configs.py TrainingConfig.mixed_precision_reduce: Literal[\"float32\"] (the same in 0.2.x "
+         "config/job_config.py)", TORCHTITAN),
     Rule("torchtitan.ep-tp", ("ep", "tp"), ("num_experts",),
          lambda c, f: (c["ep"] == 1) | (c["tp"] == 1) | (f.num_experts % (c["ep"] * c["tp"]) == 0),
          lambda r, f: f"TorchTitan does not split experts by TP: EP borrows the TP ranks, so expert_parallel_degree = "
@@ -274,6 +281,12 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
     _dtype_rule("megatron", ("fp8",), "dtype {dtype}: Megatron trains fp8 only through Transformer Engine recipes "
                 "the export does not set; plan bf16", "plan with --dtype bf16", "the precisions the export sets up"),
     MEGATRON_INTERLEAVED_TWO_STAGES,
+    Rule("megatron.grad-reduce-dtype", (), ("grad_reduce_dtype", "dtype"),
+         lambda c, f: (f.grad_reduce_dtype != "bf16") | (f.dtype in ("bf16", "fp8")),
+         lambda r, f: f"Megatron reads --grad-reduce-in-bf16 only for --bf16 runs; a {f.dtype} run would ignore it and "
+         "reduce in its own precision", "plan with --grad-reduce-dtype fp32, or train bf16",
+         "megatron/training/arguments.py validate_args (core_v0.19.0 lines 1181-1193: grad_reduce_in_bf16 is read "
+         "inside `if args.bf16`)", MEGATRON),
     Rule("megatron.dp-outer-order", ("order", "pp", "dp", "cp", "ep"), (),
          lambda c, f: ~(dp_outer(c) & (c["cp"] != c["ep"])),
          lambda r, f: "Megatron builds the DP-outer order (--use-tp-pp-dp-mapping) with pp > 1 only when the expert "

@@ -48,6 +48,9 @@ RUNTIME_NAMES: tuple[str, ...] = ("pytorch", "pytorch-compile", "megatron")
 without compile), PyTorch with its blocks under torch.compile (TorchTitan's compile.enable) and Megatron-Core.
 What each one executes beyond the GEMMs is in `planner.cost.runtime` (one table of traits per name)."""
 DEFAULT_RUNTIME = "pytorch"
+GRAD_REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+"""Precisions of the data-parallel gradient reduction (`Workload.grad_reduce_dtype`, `--grad-reduce-dtype`), the
+default first."""
 TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
 """Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
 a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""

@@ -59,6 +59,7 @@ class Facts:
     dtype: str | None = None  # Workload.dtype
     runtime: str | None = None  # Workload.runtime
     overlap_pp_comm: bool | None = None  # Workload.overlap_pp_comm
+    grad_reduce_dtype: str | None = None  # Workload.grad_reduce_dtype
     num_gpus: int | None = None
 
     @classmethod
@@ -75,7 +76,8 @@ class Facts:
         if workload is not None:
             out.update(seq_len=workload.seq_len, global_batch=workload.batch, dtype=workload.dtype,
                        runtime=getattr(workload, "runtime", None),
-                       overlap_pp_comm=getattr(workload, "overlap_pp_comm", None))
+                       overlap_pp_comm=getattr(workload, "overlap_pp_comm", None),
+                       grad_reduce_dtype=getattr(workload, "grad_reduce_dtype", None))
         return cls(**out)
 
 

@@ -22,11 +22,13 @@ from planner.layout.names import (
     DEFAULT_GLOBAL_BATCH_SEQS,
     DEFAULT_RUNTIME,
     DEFAULT_SEQ_LEN,
+    GRAD_REDUCE_DTYPES,
     RUNTIME_NAMES,
     TP_OVERLAP_RUNTIMES,
 )
 
 DType = Literal["bf16", "fp16", "fp32", "fp8"]
+GradReduceDType = Literal[GRAD_REDUCE_DTYPES]  # type: ignore[valid-type]
 Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -98,6 +100,15 @@ class Workload(BaseModel):
         "buffered_allreduce_fallback on get_grads_for_reduction(), the full fp32 gradient buffer). False: the "
         "gradient is reduce-scattered (Megatron's distributed optimizer, DeepSpeed's ZeRO stage 1/2 optimizer).",
     )
+    grad_reduce_dtype: GradReduceDType = Field(
+        GRAD_REDUCE_DTYPES[0],
+        description="Precision of the data-parallel gradient reduction (all-reduce / reduce-scatter over DP). fp32: "
+        "what mixed-precision stacks do by default (FSDP2 MixedPrecisionPolicy(reduce_dtype=float32), Megatron "
+        "bf16 runs with accumulate_allreduce_grads_in_fp32). bf16 halves the DP gradient traffic at a loss of "
+        "precision that grows with the number of ranks summed (FSDP2 reduce_dtype=bfloat16, Megatron-Core "
+        "--grad-reduce-in-bf16, DeepSpeed communication_data_type bf16, TorchTitan mixed_precision_reduce "
+        "bfloat16). A numerics choice the user makes, never searched. fp16 runs reduce fp16 gradients already.",
+    )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
     )
@@ -108,6 +119,11 @@ class Workload(BaseModel):
             raise ValueError(
                 "tp_comm_overlap needs runtime 'pytorch-compile' (PyTorch async TP is a torch.compile pass) or "
                 f"'megatron' (--tp-comm-overlap); the {self.runtime!r} runtime runs TP collectives unpipelined"
+            )
+        if self.grad_reduce_dtype == "bf16" and self.dtype == "fp16":
+            raise ValueError(
+                "grad_reduce_dtype='bf16' with dtype='fp16': fp16 training reduces its fp16 gradients (loss "
+                "scaling); use grad_reduce_dtype='fp32' for fp16 runs, or train in bf16"
             )
         if self.global_batch is None and self.global_batch_tokens is None:
             object.__setattr__(self, "global_batch", DEFAULT_GLOBAL_BATCH_SEQS)

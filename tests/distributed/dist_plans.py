@@ -94,11 +94,13 @@ def make_plan(
     seq_len: int = 64,
     dtype: str = "fp32",
     cluster_name: str = "local-cpu",
+    workload_fields: dict[str, Any] | None = None,
 ) -> Plan:
-    """A plan of `layout` for `model` on `layout.world_size` devices of `cluster_name` (local CPU processes)."""
+    """A plan of `layout` for `model` on `layout.world_size` devices of `cluster_name` (local CPU processes);
+    `workload_fields` set further `Workload` fields (e.g. grad_reduce_dtype)."""
     spec = model_spec(model)
     cluster = hp.cluster(cluster_name, gpus=layout.world_size)
-    workload = Workload(global_batch=layout.global_batch, seq_len=seq_len, dtype=dtype)
+    workload = Workload(global_batch=layout.global_batch, seq_len=seq_len, dtype=dtype, **(workload_fields or {}))
     note = ""
     try:
         from planner import evaluate

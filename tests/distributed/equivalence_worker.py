@@ -227,7 +227,7 @@ def optimizer_state_error(run) -> float:
 def run_case(case: dict, world_size: int) -> dict:
     layout = Layout(**case["layout"])
     steps = case.get("steps", STEPS)
-    plan = make_plan(case["model"], layout, seq_len=SEQ_LEN)
+    plan = make_plan(case["model"], layout, seq_len=SEQ_LEN, workload_fields=case.get("workload"))
     world = World(
         rank=dist.get_rank(),
         local_rank=int(os.environ.get("LOCAL_RANK", 0)),

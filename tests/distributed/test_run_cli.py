@@ -59,6 +59,8 @@ def test_run_without_arguments_plans_and_runs_here(tmp_path: Path) -> None:
     assert plan["inputs"]["workload"]["global_batch"] == 8 and plan["inputs"]["workload"]["seq_len"] == 64
     refused = meshplan(["run", str(run_dir / "plan.json"), "--global-batch", "8"], tmp_path)
     assert refused.returncode == 2 and "--global-batch applies when no plan is given" in refused.stderr
+    refused = meshplan(["run", str(run_dir / "plan.json"), "--grad-reduce-dtype", "bf16"], tmp_path)
+    assert refused.returncode == 2 and "--grad-reduce-dtype applies when no plan is given" in refused.stderr
 
 
 @pytest.mark.timeout(300)

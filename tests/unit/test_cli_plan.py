@@ -80,6 +80,19 @@ def test_pins_are_layout_fields() -> None:
     assert lay.sequence_parallel  # not pinned: the search always takes SP with tp > 1
 
 
+def test_grad_reduce_dtype_is_a_workload_flag() -> None:
+    """--grad-reduce-dtype bf16 reaches the plan's workload (the API's Workload field) and halves the gradient
+    bytes the DP term moves, so the same pinned layout predicts less DP time; it is never searched."""
+    pinned = ["--dp", "16", "--zero", "3", "--dp-shard", "16", "--no-dp-overlap", "--json", "-"]
+    fp32, bf16 = (run("plan", *SMALL, *pinned, *extra) for extra in ([], ["--grad-reduce-dtype", "bf16"]))
+    assert fp32.exit_code == 0 and bf16.exit_code == 0, bf16.stderr
+    p32, p16 = Plan.model_validate_json(fp32.stdout), Plan.model_validate_json(bf16.stdout)
+    assert (p32.inputs.workload.grad_reduce_dtype, p16.inputs.workload.grad_reduce_dtype) == ("fp32", "bf16")
+    assert p16.prediction.breakdown.dp_comm_s < p32.prediction.breakdown.dp_comm_s
+    bad = run("plan", *SMALL, "--grad-reduce-dtype", "fp16")
+    assert bad.exit_code == 2 and "--grad-reduce-dtype" in bad.stderr
+
+
 def test_json_file_refuses_overwrite_without_force(tmp_path) -> None:
     target = tmp_path / "plan.json"
     tiny = ["--model", "tiny", "--cluster", "local-cpu", "--gpus", "4", "--seq-len", "64", "--global-batch", "8"]

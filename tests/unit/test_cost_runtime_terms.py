@@ -320,3 +320,35 @@ def test_tied_embedding_allreduce_between_end_stages() -> None:
     eager = make_context(tied, hardware_profiles.cluster("dgx-h100", gpus=8), work.model_copy(update={"runtime": "pytorch"}),
                          framework="any")
     assert not comm.tied_embedding_allreduce_s(eager, (a, b), pp, tp).any()
+
+
+def test_bf16_gradient_reduction_moves_two_bytes_in_every_runtime() -> None:
+    """`Workload.grad_reduce_dtype` bf16: FSDP2 reduce_dtype, Megatron --grad-reduce-in-bf16, DeepSpeed
+    communication_data_type all reduce 2-byte gradients, also where training is fp32 (CPU)."""
+    for runtime in RUNTIME_NAMES:
+        assert grad_reduce_bytes(ctx_for(runtime, grad_reduce_dtype="bf16")) == 2
+    assert grad_reduce_bytes(ctx_for("pytorch", dtype="fp32", cluster="local-cpu", grad_reduce_dtype="bf16")) == 2
+    # ZeRO-0 exposes only the gradient all-reduce (overlap off, no latency): half the bytes, half the time.
+    coeffs, one = (np.array([0.0]), np.array([1e-10])), np.array([1])
+    window, params, layers = np.array([1e-9]), np.array([1e8]), np.array([4])
+
+    def dp_s(grad_reduce_dtype: str, zero: int) -> float:
+        ctx = ctx_for("pytorch", overlap_dp_comm=False, grad_reduce_dtype=grad_reduce_dtype)
+        return comm.dp_time_s(ctx, params, np.array([zero]), np.array([4]), coeffs, coeffs, coeffs, np.array([8]),
+                              window, window, layers, one)[0]
+
+    assert dp_s("bf16", 0) == pytest.approx(dp_s("fp32", 0) / 2, rel=1e-12)
+    # ZeRO-3: 4 micro-batches of reduce-scatter and the once-per-step all-reduce of G/8 across the replicate group
+    # lose 2 of their 4 bytes per parameter; the weight gathers stay.
+    assert dp_s("fp32", 3) - dp_s("bf16", 3) == pytest.approx((4 + 1 / 8) * 1e8 * 2 * 1e-10, rel=1e-9)
+
+
+def test_megatron_bf16_grad_buffer_adds_the_fp32_copy_and_halves_the_buffer_passes() -> None:
+    """--grad-reduce-in-bf16 makes Megatron's grad buffer bf16: the distributed optimizer copies each shard's gradient
+    to fp32 (4 B per parameter, as in fp16 runs), and the zeroing and DP scaling move 2-byte elements."""
+    bf16_reduce = ctx_for("megatron", grad_reduce_dtype="bf16")
+    assert (bf16_reduce.optimizer_bytes, ctx_for("megatron").optimizer_bytes) == (16, 12)
+    assert ctx_for("pytorch", grad_reduce_dtype="bf16").optimizer_bytes == 12  # FSDP2 reduces its bf16 grads: no copy
+    params, zero, shard = np.array([8e8]), np.array([1]), np.array([4])
+    # fused 28 + param copy 6 + clipping 12 per local parameter; per unsharded one 2 B zeroing + 2 x 2 B scaling
+    assert fixed_costs.optimizer_step_s(bf16_reduce, params, zero, shard)[0] == pytest.approx((2e8 * 46 + 8e8 * 6) / BW)

@@ -308,6 +308,26 @@ def test_torchtitan_compiled_runtime_and_async_tp() -> None:
     assert plans and all(p.layout.schedule != "zb-h1" for p in plans)
 
 
+def test_bf16_gradient_reduction_per_framework() -> None:
+    """Workload.grad_reduce_dtype bf16: Megatron --grad-reduce-in-bf16 (only with --bf16), DeepSpeed
+    communication_data_type (always stated: unset, a bf16 run would reduce bf16 whatever was costed), TorchTitan
+    refuses it (mixed_precision_reduce is Literal["float32"] in 0.3.0)."""
+    bf16 = Workload(global_batch=64, seq_len=8192, grad_reduce_dtype="bf16")
+    lay = Layout(dp=2, tp=2, pp=4, num_microbatches=32, zero=1, dp_shard=2, sequence_parallel=True)
+    assert megatron_args(export(ev(lay, "megatron", w=bf16), "megatron").text)["--grad-reduce-in-bf16"] is True
+    assert "--grad-reduce-in-bf16" not in megatron_args(export(ev(lay, "megatron"), "megatron").text)
+    with pytest.raises(UserError, match=r"megatron\.grad-reduce-dtype"):
+        ev(lay, "megatron", w=bf16.model_copy(update={"dtype": "fp32"}))
+    fsdp = Layout(dp=16, num_microbatches=4, zero=3, dp_shard=16)
+    for w, want in ((bf16, "bf16"), (WORKLOAD, "fp32")):
+        cfg = json.loads(strip_comments(export(ev(fsdp, "deepspeed", w=w), "deepspeed").text))
+        assert cfg["communication_data_type"] == want
+    with pytest.raises(UserError, match=r"torchtitan\.grad-reduce-dtype"):
+        ev(fsdp, "torchtitan", w=bf16)
+    plans = search(MODEL, CLUSTER, bf16, framework="torchtitan", top=3)
+    assert plans and all(p.layout.dp * p.layout.cp == 1 for p in plans)  # only layouts with nothing to reduce
+
+
 # DeepSpeed 0.19.8 ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", [
     Layout(dp=16, num_microbatches=4, zero=2, dp_shard=16),

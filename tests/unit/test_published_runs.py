@@ -153,8 +153,8 @@ def test_llmfoundry_rows_reproduce_the_readme_mfu_and_num_params() -> None:
 def test_composer_fsdp_framework_maps_to_full_shard_fsdp_on_eager_pytorch() -> None:
     """Composer FSDP FULL_SHARD: ZeRO-3 over every GPU, no TP/PP/CP/EP, eager PyTorch with fused attention; each
     row pins its stated micro-batch and activation checkpointing. Every row carries the attention-kernel gap (MPT's
-    Triton FlashAttention of the flash-attn v1 era, which the model cannot express), the PURE rows also the bf16
-    gradient reduction (which the pytorch runtime cannot express)."""
+    Triton FlashAttention of the flash-attn v1 era, which the model cannot express); the PURE rows reduce their
+    gradients in bf16 (Composer 0.13.4 get_mixed_precision) and say so (grad_reduce_dtype), the others in fp32."""
     fw = FRAMEWORKS["composer-fsdp-2023"]
     work = Workload(**fw["workload"])
     assert (work.runtime, work.flash_attention, work.overlap_dp_comm) == ("pytorch", True, True)
@@ -165,8 +165,8 @@ def test_composer_fsdp_framework_maps_to_full_shard_fsdp_on_eager_pytorch() -> N
         assert pins["micro_batch"] == case.batch.micro_batch
         assert pins["recompute"] == ("full" if "Checkpointing True" in case.recompute.setting else "none")
         pure = case.throughput["mp_mode"] == "PURE"
-        kinds = sorted(g.kind for g in case.gaps)
-        assert kinds == (["comm", "runtime"] if pure else ["runtime"]), case.id
+        assert [g.kind for g in case.gaps] == ["runtime"], case.id
+        assert published_runs.workload(case).grad_reduce_dtype == ("bf16" if pure else "fp32"), case.id
         assert any("Triton FlashAttention" in g.detail for g in case.gaps if g.kind == "runtime"), case.id
         assert build_cluster(case).num_gpus == case.hardware.num_gpus
 
@@ -483,8 +483,8 @@ def test_pytorch_fsdp_rows_give_back_the_published_mfu(source: str, tolerance_pt
 
 def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps() -> None:
     """fms-fsdp: FSDP1 FULL_SHARD (dp_shard = dp) or, for 7B, HYBRID_SHARD within a node (dp_shard 8), local batch
-    2; every row carries the bf16 gradient reduction (comm) and FSDP1's flat parameters (runtime), 'Selective AC'
-    (every k-th block) a recompute gap. TorchTitan April 2024: FSDP2 over all 64 ranks, no PP/CP; every row carries
+    2; every row reduces its gradients in bf16 (bfSixteen: grad_reduce_dtype) and carries FSDP1's flat parameters
+    (runtime), 'Selective AC' (every k-th block) a recompute gap. TorchTitan April 2024: FSDP2 over all 64 ranks, no PP/CP; every row carries
     the unstated A100 network (hardware)."""
     for name, pp_cp in (("fms-fsdp-2024", {"tp": 1, "pp": 1, "cp": 1, "ep": 1}), ("torchtitan-2024-04", {"pp": 1, "cp": 1, "ep": 1})):
         fw = FRAMEWORKS[name]
@@ -496,7 +496,8 @@ def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps()
         assert (pins["tp"], pins["pp"], pins["dp"], pins["zero"], pins["micro_batch"]) == (1, 1, case.hardware.num_gpus, 3, 2)
         assert pins["dp_shard"] == (8 if hsdp else case.hardware.num_gpus), case.id
         kinds = {g.kind for g in case.gaps}
-        assert {"comm", "runtime"} <= kinds and ("recompute" in kinds) == ("Selective" in case.recompute.setting), case.id
+        assert published_runs.workload(case).grad_reduce_dtype == "bf16" and "comm" not in kinds, case.id
+        assert "runtime" in kinds and ("recompute" in kinds) == ("Selective" in case.recompute.setting), case.id
         assert build_cluster(case).num_gpus == case.hardware.num_gpus
     hsdp_case = _case("fmsfsdp2024_a100_llama2-7b_128gpu")
     assert validation.published_layout_cost(hsdp_case).layout.dp_shard == 8
@@ -528,8 +529,8 @@ def test_automodel_rows_give_back_the_table_throughput(case) -> None:
 
 
 def test_automodel_rows_pin_the_table_layout_and_carry_their_gaps() -> None:
-    """Llama 3 70B: CP 2 x FSDP 32 (ZeRO-3, micro-batch 1), compiled; its bf16 gradient reduction (comm), FSDP over
-    DP x CP (layout), attention/MLP-only checkpointing (recompute) and the missing clipping (optimizer) are gaps.
+    """Llama 3 70B: CP 2 x FSDP 32 (ZeRO-3, micro-batch 1), compiled, gradients reduced in bf16 (grad_reduce_dtype);
+    FSDP over DP x CP (layout), attention/MLP-only checkpointing (recompute) and the missing clipping (optimizer) are gaps.
     DeepSeek-V3: PP 4 interleaved x EP 64, one reduction per schedule (ZeRO-1 under torch pipelining); TE kernels
     (runtime), DeepEP under the fake balanced gate (comm) and plain Adam without clipping (optimizer) are gaps. The
     source is held out of the cross-validation refit."""
@@ -538,7 +539,8 @@ def test_automodel_rows_pin_the_table_layout_and_carry_their_gaps() -> None:
     llama = _case("automodel_dgxh100_llama3-70b_cp2_64gpu")
     pins = published_runs._pins(llama)
     assert (pins["tp"], pins["pp"], pins["dp"], pins["cp"], pins["zero"], pins["dp_shard"], pins["micro_batch"]) == (1, 1, 32, 2, 3, 32, 1)
-    assert {g.kind for g in llama.gaps} == {"comm", "layout", "recompute", "optimizer"}
+    assert {g.kind for g in llama.gaps} == {"layout", "recompute", "optimizer"}
+    assert published_runs.workload(llama).grad_reduce_dtype == "bf16"
     for gpus, dp in ((256, 64), (1024, 256)):
         case = _case(f"automodel_dgxh100_deepseek-v3_pp4ep64_{gpus}gpu")
         pins = published_runs._pins(case)
