@@ -79,7 +79,10 @@ def activation_bytes_per_layer(
         moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
         routed = moe_activation_bytes_per_token(ctx, tp, sp) - _mlp_local_bytes_per_token(m, f) / t
         per_layer = per_layer + moe_share * s * bf * routed
-    per_layer = np.where(recompute == 2, full, per_layer) * (ctx.act_bytes / 2.0)
+    per_layer = per_layer * (ctx.act_bytes / 2.0)
+    if ctx.workload.runtime == "pytorch":
+        per_layer = per_layer + s * bf * eager_extra_bytes_per_token(ctx, tp, sp, recompute)
+    per_layer = np.where(recompute == 2, full * (ctx.act_bytes / 2.0), per_layer)
     if np.any(recompute == 3):
         w = ctx.layer_type_counts().astype(float)
         op = sum(wk * op_activation_bytes_per_token(ctx, bool(lt.expert_flops_per_token), tp, sp)
@@ -113,6 +116,47 @@ def op_activation_bytes_per_token(ctx: CostContext, is_moe: bool, tp: np.ndarray
     heads = float(m.num_heads)
     v_dim = float(m.mla.v_head_dim if m.attention == "mla" else m.head_dim)
     return total + (a * heads * v_dim + LSE_BYTES * heads) / t
+
+
+STAT_BYTES = 4  # norm statistics (rsqrt; LayerNorm also its mean) are fp32 whatever the activation dtype
+
+
+def eager_extra_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+    """Bytes per local token one layer keeps beyond the Korthikanti count when eager PyTorch runs it (runtime
+    "pytorch": `meshplan run`, TorchTitan without compile) under recompute "none" or "selective", on one rank
+    (a = activation bytes; measured exactly on the executor's layer, tests/unit/test_recompute_saved_bytes.py):
+
+    - each norm's statistics: CUDA's `aten._fused_rms_norm` saves input, weight and rstd (fp32 per token);
+      `aten.native_layer_norm` saves mean and rstd: 2 x STAT_BYTES (x 2 for LayerNorm) per token, / tp under SP;
+    - the SwiGLU product's second input: `F.silu(w1 x) * w3 x` saves both factors (MulBackward0), and SiLU saves
+      its input (SiluBackward0): the silu output is a fourth width-f tensor beside w1 x, w3 x and the product
+      (a f / tp; MoE layers at the routed experts' and shared experts' width, like the dense MLP's terms);
+    - under "none" only (selective recomputes the attention core):
+      - GQA: SDPA saves the K and V it is given, which `repeat_kv` (`repeat_interleave`) has expanded to the
+        query heads: 2 a (q_dim - kv_dim) / tp more than the un-repeated K and V;
+      - FlashAttention's log-sum-exp (`_scaled_dot_product_flash_attention` saves q, k, v, out, logsumexp):
+        LSE_BYTES x heads / tp. The output is kept once: it is laid out (B, S, heads, hd), so the reshape that
+        the output projection reads is a view of it.
+
+    RoPE's fp32 products save only the (non-trainable) cos/sin tables, so its fp32 copies of q and k are freed.
+    Megatron's fused kernels and compiled blocks keep the Korthikanti count (module docstring)."""
+    m = ctx.model
+    a = float(ctx.act_bytes)
+    t = np.asarray(tp, dtype=float)
+    split = np.where(np.asarray(sp, dtype=bool), t, 1.0)
+    norms = 2 * STAT_BYTES * (2.0 if m.norm == "layernorm" else 1.0) / split
+    width = float(m.ffn_hidden_size)
+    if m.moe is not None:
+        w = ctx.layer_type_counts().astype(float)
+        moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
+        expert_width = float((m.moe.top_k + m.moe.num_shared_experts) * m.moe.expert_ffn_hidden_size)
+        width = (1 - moe_share) * width + moe_share * expert_width
+    silu = a * width / t if m.mlp == "swiglu" else 0.0
+    q_dim, kv_dim = float(m.num_heads * m.head_dim), float(m.num_kv_heads * m.head_dim)
+    repeated = 2 * a * (q_dim - kv_dim) if m.attention != "mla" else 0.0
+    lse = LSE_BYTES * float(m.num_heads) if ctx.flash_attention else 0.0
+    core = np.where(np.asarray(recompute) == 0, (repeated + lse) / t, 0.0)
+    return np.where(np.asarray(recompute) <= 1, norms + silu + core, 0.0)
 
 
 def _mlp_local_bytes_per_token(m, width: float) -> float:
