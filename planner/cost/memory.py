@@ -152,11 +152,32 @@ def eager_extra_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray
         expert_width = float((m.moe.top_k + m.moe.num_shared_experts) * m.moe.expert_ffn_hidden_size)
         width = (1 - moe_share) * width + moe_share * expert_width
     silu = a * width / t if m.mlp == "swiglu" else 0.0
+    routing = moe_share * eager_routing_bytes_per_token(ctx, tp, sp) if m.moe is not None else 0.0
     q_dim, kv_dim = float(m.num_heads * m.head_dim), float(m.num_kv_heads * m.head_dim)
     repeated = 2 * a * (q_dim - kv_dim) if m.attention != "mla" else 0.0
     lse = LSE_BYTES * float(m.num_heads) if ctx.flash_attention else 0.0
     core = np.where(np.asarray(recompute) == 0, (repeated + lse) / t, 0.0)
-    return np.where(np.asarray(recompute) <= 1, norms + silu + core, 0.0)
+    return np.where(np.asarray(recompute) <= 1, norms + silu + routing + core, 0.0)
+
+
+INDEX_BYTES = 8  # int64 indices (torch.topk's, the executor's token and slot of each routed row)
+
+
+def eager_routing_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes per token an MoE layer's routing keeps in eager PyTorch beyond `moe_activation_bytes_per_token`
+    (executor/moe.py, per dispatched token like the probability product there):
+
+    - the fp32 router probabilities (SoftmaxBackward0 saves its output): 4 E;
+    - top-k: its fp32 values and int64 indices (TopkBackward0 saves the indices; the weights' normalization
+      `w / w.sum()` saves both w and the sum): 4 k + INDEX_BYTES k + 4;
+    - the token and slot index of each routed row (`served // k`, `served % k`, read by the gathers and
+      `index_add`): 2 INDEX_BYTES k; the 16-bit router weight gathered per row (saved by `y * weight`): a k;
+    - `index_add` keeps its source, the weighted rows: a k h."""
+    m, moe = ctx.model, ctx.model.moe
+    a, h, k, e = float(ctx.act_bytes), float(m.hidden_size), float(moe.top_k), float(moe.num_experts)
+    t = np.asarray(tp, dtype=float)
+    dispatched = ep_dispatch_tokens(ctx, np.ones_like(t), tp, sp)
+    return (4 * e + 4 * k + INDEX_BYTES * k + 4 + 2 * INDEX_BYTES * k + a * k + a * k * h) * dispatched
 
 
 def _mlp_local_bytes_per_token(m, width: float) -> float:

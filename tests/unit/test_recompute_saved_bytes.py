@@ -30,12 +30,13 @@ from planner.api import make_context
 from planner.cost import memory
 from planner.layout import Workload
 from planner.layout.names import RECOMPUTE_NAMES
-from planner.model import ModelSpec
+from planner.model import ModelSpec, MoESpec
 
 B, S = 2, 64
 LLAMA = ModelSpec(name="tiny-llama", num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=160,
                   vocab_size=128, max_seq_len=S, mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False)
 GELU = LLAMA.model_copy(update={"name": "tiny-gelu", "mlp": "gelu", "num_kv_heads": 4})
+MOE = LLAMA.model_copy(update={"name": "tiny-moe", "moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=32)})
 
 
 class _Made(TorchDispatchMode):
@@ -108,7 +109,7 @@ def test_saved_bytes_match_torch_exactly(spec, policy) -> None:
     assert model_bytes(spec, policy) == torch_saved_bytes(spec, policy)
 
 
-@pytest.mark.parametrize("spec", [LLAMA, GELU], ids=["swiglu-gqa", "gelu-mha"])
+@pytest.mark.parametrize("spec", [LLAMA, GELU, MOE], ids=["swiglu-gqa", "gelu-mha", "moe"])
 @pytest.mark.parametrize("policy", ["none", "selective"])
 def test_eager_saved_bytes_match_torch_exactly(spec, policy) -> None:
     # Exact up to the CPU's composite RMSNorm (cpu_norm_bytes: the layer runs on the CPU here; the model
