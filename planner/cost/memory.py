@@ -26,6 +26,9 @@ g = kv_heads/heads:
   under SP the reduce-scatter outputs.
   MoE layers: the routed rows, the experts' activations and the probability product instead of the dense
   MLP's (`moe_activation_bytes_per_token`); the per-layer value is the mean over the layer types.
+  Eager PyTorch (runtime "pytorch") keeps more under none / selective: the norms' fp32 statistics, the SwiGLU
+  SiLU output, the GQA-repeated K and V and the flash log-sum-exp, the MoE routing tensors
+  (`eager_extra_bytes_per_token`; docs/cost_sources.md 6e); megatron and pytorch-compile keep the count above.
   Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
   act_bytes/2 for fp32 runs.
 In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
