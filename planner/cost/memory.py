@@ -26,6 +26,9 @@ g = kv_heads/heads:
   under SP the reduce-scatter outputs.
   MoE layers: the routed rows, the experts' activations and the probability product instead of the dense
   MLP's (`moe_activation_bytes_per_token`); the per-layer value is the mean over the layer types.
+  Eager PyTorch (runtime "pytorch") keeps more under none / selective: the norms' fp32 statistics, the SwiGLU
+  SiLU output, the GQA-repeated K and V and the flash log-sum-exp, the MoE routing tensors
+  (`eager_extra_bytes_per_token`; docs/cost_sources.md 6e); megatron and pytorch-compile keep the count above.
   Dropout masks exist only for dropout models. Values are in bytes for 16-bit activations and scale by
   act_bytes/2 for fp32 runs.
 In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
@@ -79,7 +82,10 @@ def activation_bytes_per_layer(
         moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
         routed = moe_activation_bytes_per_token(ctx, tp, sp) - _mlp_local_bytes_per_token(m, f) / t
         per_layer = per_layer + moe_share * s * bf * routed
-    per_layer = np.where(recompute == 2, full, per_layer) * (ctx.act_bytes / 2.0)
+    per_layer = per_layer * (ctx.act_bytes / 2.0)
+    if ctx.workload.runtime == "pytorch":
+        per_layer = per_layer + s * bf * eager_extra_bytes_per_token(ctx, tp, sp, recompute)
+    per_layer = np.where(recompute == 2, full * (ctx.act_bytes / 2.0), per_layer)
     if np.any(recompute == 3):
         w = ctx.layer_type_counts().astype(float)
         op = sum(wk * op_activation_bytes_per_token(ctx, bool(lt.expert_flops_per_token), tp, sp)
@@ -113,6 +119,68 @@ def op_activation_bytes_per_token(ctx: CostContext, is_moe: bool, tp: np.ndarray
     heads = float(m.num_heads)
     v_dim = float(m.mla.v_head_dim if m.attention == "mla" else m.head_dim)
     return total + (a * heads * v_dim + LSE_BYTES * heads) / t
+
+
+STAT_BYTES = 4  # norm statistics (rsqrt; LayerNorm also its mean) are fp32 whatever the activation dtype
+
+
+def eager_extra_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+    """Bytes per local token one layer keeps beyond the Korthikanti count when eager PyTorch runs it (runtime
+    "pytorch": `meshplan run`, TorchTitan without compile) under recompute "none" or "selective", on one rank
+    (a = activation bytes; measured exactly on the executor's layer, tests/unit/test_recompute_saved_bytes.py):
+
+    - each norm's statistics: CUDA's `aten._fused_rms_norm` saves input, weight and rstd (fp32 per token);
+      `aten.native_layer_norm` saves mean and rstd: 2 x STAT_BYTES (x 2 for LayerNorm) per token, / tp under SP;
+    - the SwiGLU product's second input: `F.silu(w1 x) * w3 x` saves both factors (MulBackward0), and SiLU saves
+      its input (SiluBackward0): the silu output is a fourth width-f tensor beside w1 x, w3 x and the product
+      (a f / tp; MoE layers at the routed experts' and shared experts' width, like the dense MLP's terms);
+    - under "none" only (selective recomputes the attention core):
+      - GQA: SDPA saves the K and V it is given, which `repeat_kv` (`repeat_interleave`) has expanded to the
+        query heads: 2 a (q_dim - kv_dim) / tp more than the un-repeated K and V;
+      - FlashAttention's log-sum-exp (`_scaled_dot_product_flash_attention` saves q, k, v, out, logsumexp):
+        LSE_BYTES x heads / tp. The output is kept once: it is laid out (B, S, heads, hd), so the reshape that
+        the output projection reads is a view of it.
+
+    RoPE's fp32 products save only the (non-trainable) cos/sin tables, so its fp32 copies of q and k are freed.
+    Megatron's fused kernels and compiled blocks keep the Korthikanti count (module docstring)."""
+    m = ctx.model
+    a = float(ctx.act_bytes)
+    t = np.asarray(tp, dtype=float)
+    split = np.where(np.asarray(sp, dtype=bool), t, 1.0)
+    norms = 2 * STAT_BYTES * (2.0 if m.norm == "layernorm" else 1.0) / split
+    width = float(m.ffn_hidden_size)
+    if m.moe is not None:
+        w = ctx.layer_type_counts().astype(float)
+        moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)
+        expert_width = float((m.moe.top_k + m.moe.num_shared_experts) * m.moe.expert_ffn_hidden_size)
+        width = (1 - moe_share) * width + moe_share * expert_width
+    silu = a * width / t if m.mlp == "swiglu" else 0.0
+    routing = moe_share * eager_routing_bytes_per_token(ctx, tp, sp) if m.moe is not None else 0.0
+    q_dim, kv_dim = float(m.num_heads * m.head_dim), float(m.num_kv_heads * m.head_dim)
+    repeated = 2 * a * (q_dim - kv_dim) if m.attention != "mla" else 0.0
+    lse = LSE_BYTES * float(m.num_heads) if ctx.flash_attention else 0.0
+    core = np.where(np.asarray(recompute) == 0, (repeated + lse) / t, 0.0)
+    return np.where(np.asarray(recompute) <= 1, norms + silu + routing + core, 0.0)
+
+
+INDEX_BYTES = 8  # int64 indices (torch.topk's, the executor's token and slot of each routed row)
+
+
+def eager_routing_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes per token an MoE layer's routing keeps in eager PyTorch beyond `moe_activation_bytes_per_token`
+    (executor/moe.py, per dispatched token like the probability product there):
+
+    - the fp32 router probabilities (SoftmaxBackward0 saves its output): 4 E;
+    - top-k: its fp32 values and int64 indices (TopkBackward0 saves the indices; the weights' normalization
+      `w / w.sum()` saves both w and the sum): 4 k + INDEX_BYTES k + 4;
+    - the token and slot index of each routed row (`served // k`, `served % k`, read by the gathers and
+      `index_add`): 2 INDEX_BYTES k; the 16-bit router weight gathered per row (saved by `y * weight`): a k;
+    - `index_add` keeps its source, the weighted rows: a k h."""
+    m, moe = ctx.model, ctx.model.moe
+    a, h, k, e = float(ctx.act_bytes), float(m.hidden_size), float(moe.top_k), float(moe.num_experts)
+    t = np.asarray(tp, dtype=float)
+    dispatched = ep_dispatch_tokens(ctx, np.ones_like(t), tp, sp)
+    return (4 * e + 4 * k + INDEX_BYTES * k + 4 + 2 * INDEX_BYTES * k + a * k + a * k * h) * dispatched
 
 
 def _mlp_local_bytes_per_token(m, width: float) -> float:
