@@ -106,8 +106,9 @@ class Workload(BaseModel):
         "what mixed-precision stacks do by default (FSDP2 MixedPrecisionPolicy(reduce_dtype=float32), Megatron "
         "bf16 runs with accumulate_allreduce_grads_in_fp32). bf16 halves the DP gradient traffic at a loss of "
         "precision that grows with the number of ranks summed (FSDP2 reduce_dtype=bfloat16, Megatron-Core "
-        "--grad-reduce-in-bf16, DeepSpeed communication_data_type bf16, TorchTitan mixed_precision_reduce "
-        "bfloat16). A numerics choice the user makes, never searched. fp16 runs reduce fp16 gradients already.",
+        "--grad-reduce-in-bf16, DeepSpeed communication_data_type bf16; TorchTitan 0.3.0's mixed_precision_reduce "
+        "accepts float32 only). A numerics choice the user makes, never searched. fp16 runs reduce fp16 gradients "
+        "already.",
     )
     master_weights_fp32: bool = Field(
         True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
