@@ -14,8 +14,10 @@ injected through MESHPLAN_FAULT (executor.faults).
 - A damaged checkpoint (one shard altered in place, another truncated) is refused at resume with one line
   naming the folder and the file, exit 2, by every rank alike (the altered file is hashed by rank 1 only).
 
-The uninterrupted reference is one module-scoped launch; each test is one more (the restart tests launch
-the workers twice inside it).
+The crash-while-saving run is module-scoped and doubles as the uninterrupted reference: its first attempt runs
+steps 1 to 4 without a fault (the fault fires in the save after step 4's loss is logged), and its restart
+leaves complete checkpoints at steps 2 and 4. The crash test's losses are compared with that first attempt's.
+The restart tests launch the workers twice each; the hang and damaged-checkpoint tests once each.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dist_launch import cpu_env, tail, torchrun
+from dist_launch import cpu_env
 from dist_plans import make_plan
 
 from executor import checkpoint_manifest as manifest
@@ -63,25 +65,31 @@ def plan(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, plan: Path) -> dict:
-    """The uninterrupted run: 4 steps, checkpoints at 2 and 4."""
-    tmp = tmp_path_factory.mktemp("reference")
-    proc = torchrun(4, ["-m", "executor", str(plan), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
-                        "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", str(EVERY)],
-                    timeout_s=240, cwd=tmp)
-    assert proc.returncode == 0, tail(proc)
-    got = rows(tmp / "run" / "metrics.jsonl")
-    assert [r["step"] for r in got] == list(range(1, STEPS + 1)) and {r["restart"] for r in got} == {0}
-    return {"plan": plan, "ckpt": tmp / "ckpt", "loss": {r["step"]: r["loss"] for r in got}}
-
-
-def _faulty_run(tmp: Path, reference: dict, fault: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    proc = meshplan(["run", str(reference["plan"]), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
+def _faulty_run(tmp: Path, plan: Path, fault: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    proc = meshplan(["run", str(plan), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
                      "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", str(EVERY),
                      "--max-restarts", "1", "--json", "-"], tmp, fault=fault)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return proc, rows(tmp / "run" / "metrics.jsonl")
+
+
+@pytest.fixture(scope="module")
+def crash_while_saving(tmp_path_factory, plan: Path) -> dict:
+    """The run whose rank 1 dies in the middle of step 4's checkpoint. It is also the uninterrupted reference:
+    its first attempt logs steps 1 to 4 before the fault fires (in the save after step 4's loss), so no
+    separate launch is needed for the reference losses, nor for a complete checkpoint folder (the restart
+    re-saves step 4)."""
+    tmp = tmp_path_factory.mktemp("crash_while_saving")
+    proc, got = _faulty_run(tmp, plan, "rank=1,step=4,kind=exit-during-save")
+    first = [r for r in got if r["restart"] == 0]
+    assert [r["step"] for r in first] == list(range(1, STEPS + 1)), "the first attempt is uninterrupted to step 4"
+    return {"tmp": tmp, "proc": proc, "got": got, "ckpt": tmp / "ckpt", "loss": {r["step"]: r["loss"] for r in first}}
+
+
+@pytest.fixture(scope="module")
+def reference(crash_while_saving: dict) -> dict:
+    """The uninterrupted losses of steps 1 to 4 and a complete checkpoint folder (steps 2 and 4)."""
+    return crash_while_saving
 
 
 def _assert_resumed_exactly(proc, got: list[dict], reference: dict, first_attempt_steps: list[int]) -> None:
@@ -96,8 +104,8 @@ def _assert_resumed_exactly(proc, got: list[dict], reference: dict, first_attemp
 
 
 @pytest.mark.timeout(300)
-def test_crashed_rank_restarts_and_resumes_exactly(tmp_path: Path, reference: dict) -> None:
-    proc, got = _faulty_run(tmp_path, reference, "rank=1,step=4,kind=exit")
+def test_crashed_rank_restarts_and_resumes_exactly(tmp_path: Path, plan: Path, reference: dict) -> None:
+    proc, got = _faulty_run(tmp_path, plan, "rank=1,step=4,kind=exit")
     fired = json.loads((tmp_path / "run" / "fault-fired.json").read_text())
     assert (fired["rank"], fired["step"], fired["kind"]) == (1, 4, "exit")
     _assert_resumed_exactly(proc, got, reference, first_attempt_steps=[1, 2, 3])
@@ -106,17 +114,17 @@ def test_crashed_rank_restarts_and_resumes_exactly(tmp_path: Path, reference: di
 
 
 @pytest.mark.timeout(300)
-def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path: Path, reference: dict) -> None:
-    proc, got = _faulty_run(tmp_path, reference, "rank=1,step=4,kind=exit-during-save")
-    fired = json.loads((tmp_path / "run" / "fault-fired.json").read_text())
+def test_crash_while_saving_keeps_the_previous_checkpoint(crash_while_saving: dict) -> None:
+    proc, got, tmp = crash_while_saving["proc"], crash_while_saving["got"], crash_while_saving["tmp"]
+    fired = json.loads((tmp / "run" / "fault-fired.json").read_text())
     assert (fired["rank"], fired["step"], fired["kind"]) == (1, 4, "exit-during-save")
     # Died mid-save: its own shard was on disk, DCP's .metadata and the completion marker were not.
     written = fired["files_written"]
     assert "__1_0.distcp" in written and ".metadata" not in written and manifest.MARKER not in written, written
     assert fired["folder"].endswith(".tmp-step-00000004")
     # Step 4's loss was logged before the save began; the restart resumes from step 2, the last complete one.
-    _assert_resumed_exactly(proc, got, reference, first_attempt_steps=[1, 2, 3, 4])
-    ckpt = tmp_path / "ckpt"
+    _assert_resumed_exactly(proc, got, crash_while_saving, first_attempt_steps=[1, 2, 3, 4])
+    ckpt = tmp / "ckpt"
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002", "step-00000004"]
     for folder in ckpt.iterdir():  # the re-saved step 4 and the others check out against their markers
         assert manifest.verify(folder, manifest.read_marker(folder)) is True
