@@ -32,8 +32,10 @@ def meshplan(args: list[str], cwd: Path, timeout_s: float = 240) -> subprocess.C
 
 
 def _gpu_plan(tmp: Path) -> Path:
-    """llama3-8b on 4 H100s as tp2 x pp2 (1F1B): a plan this CPU machine can only run with --smoke."""
-    layout = Layout(tp=2, pp=2, schedule="1f1b", micro_batch=1, num_microbatches=4, sequence_parallel=True)
+    """llama3-8b on 2 H100s as pp2 (1F1B): a plan this CPU machine can only run with --smoke. Two ranks show
+    the refusal and the smoke run as four would (the smoke batch follows the pipeline: pp micro-batches); TP x PP
+    on four ranks is run by test_checkpoint_resume (pp2 x tp2) and the 8-rank equivalence launch."""
+    layout = Layout(pp=2, schedule="1f1b", micro_batch=1, num_microbatches=4)
     plan = make_plan("llama3-8b", layout, seq_len=8192, dtype="bf16", cluster_name="dgx-h100")
     path = tmp / "h100.json"
     path.write_text(plan.to_json())
@@ -98,7 +100,7 @@ def test_gpu_plan_runs_with_smoke_and_is_refused_without(tmp_path: Path) -> None
     summary = json.loads(smoke.stdout)
     assert summary["smoke"] is True and summary["steps"] == 1
     assert summary["median_mfu"] is None, "MFU against an H100 peak means nothing for a CPU smoke run"
-    assert summary["layout"].startswith("dp1xtp2xpp2")
+    assert summary["layout"].startswith("dp1xtp1xpp2")
 
 
 @pytest.mark.timeout(300)
