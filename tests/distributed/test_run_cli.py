@@ -105,15 +105,16 @@ def test_gpu_plan_runs_with_smoke_and_is_refused_without(tmp_path: Path) -> None
 
 @pytest.mark.timeout(300)
 def test_two_torchrun_agents_on_loopback(tmp_path: Path) -> None:
-    """Multi-host path on one machine: two agents (nnodes=2, c10d rendezvous on 127.0.0.1), 2 ranks each,
+    """Multi-host path on one machine: two agents (nnodes=2, c10d rendezvous on 127.0.0.1), one rank each (the
+    second agent's rank is global rank 1 and local rank 0: the two differ as with more ranks per agent),
     reading a memory-mapped uint16 token file (--data)."""
-    layout = Layout(dp=2, tp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
+    layout = Layout(dp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
     plan = tmp_path / "plan.json"
     plan.write_text(make_plan("tiny", layout).to_json())
     tokens = tmp_path / "tokens.bin"
     np.random.default_rng(0).integers(0, 256, size=3 * 8 * 65, dtype=np.uint16).tofile(tokens)
     endpoint = f"127.0.0.1:{free_port()}"
-    common = ["run", str(plan), "--steps", "3", "--nnodes", "2", "--nproc", "2", "--rdzv-endpoint", endpoint,
+    common = ["run", str(plan), "--steps", "3", "--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", endpoint,
               "--run-dir", str(tmp_path / "run"), "--data", str(tokens)]
     agents = [
         subprocess.Popen(
