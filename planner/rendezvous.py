@@ -35,6 +35,10 @@ def loopback_sockets() -> dict[str, str]:
     return {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo} if lo else {}
 
 
+EXIT_WAIT_S = 60.0
+"""How long `LoopbackStore.stop` waits for each stage of the helper's exit (stdin closed, then SIGTERM)."""
+
+
 class LoopbackStore:
     """The rendezvous store of a one-host run, on 127.0.0.1 at a free port, for as long as it is open.
 
@@ -67,11 +71,19 @@ class LoopbackStore:
         return cls(proc, int(line))
 
     def stop(self) -> None:
-        """Close the helper's stdin (it exits) and wait; kill it if it does not."""
+        """Close the helper's stdin (it exits) and wait for it; then ask it to stop (SIGTERM), and kill it last.
+
+        The wait is long (EXIT_WAIT_S) because a clean exit includes the helper's interpreter shutdown with
+        torch loaded, which took over 10 s on the shared 2-core CI machine at load ~17 (a 10 s wait killed a
+        helper that was exiting normally). The wait only ends early, never late: a healthy helper returns at
+        once after its stdin closes, and a hung one is still stopped.
+        """
         if self.proc.stdin:
             self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        for last_resort in (self.proc.terminate, self.proc.kill):
+            try:
+                self.proc.wait(timeout=EXIT_WAIT_S)
+                return
+            except subprocess.TimeoutExpired:
+                last_resort()
+        self.proc.wait()

@@ -1,7 +1,7 @@
 """DCP checkpoints: save on one mesh, resume on another, continue exactly (real `python -m executor` runs).
 
-Run A (dp=2 x tp=2, ZeRO-3) trains 3 steps and checkpoints at step 2. Run B (dp=4, ZeRO-3) and run C
-(pp=2 x tp=2, 1F1B) each resume from that checkpoint and train step 3: their step-3 loss must equal run A's
+Run A (dp=2 x tp=2, ZeRO-3) trains 3 steps and checkpoints at step 2. Run B (dp=2, ZeRO-3, on 2 ranks: the
+2-D shards are re-cut into 1-D ones as they would be over 4) and run C (pp=2 x tp=2, 1F1B) each resume from that checkpoint and train step 3: their step-3 loss must equal run A's
 step-3 loss, which A computed without a restart. Tolerance: relative 1e-6 in fp32. Step 3's loss depends on
 every weight and on AdamW's moments and step count after two steps, all resharded by DCP (FSDP shards of
 2-D DTensors -> 1-D shards, or -> pipeline stages); a missing or misplaced tensor moves it by far more
@@ -69,8 +69,8 @@ def test_resume_on_another_mesh_continues_exactly(tmp_path: Path) -> None:
 
     b = _run(
         tmp_path,
-        Layout(dp=4, zero=3, dp_shard=4, micro_batch=1, num_microbatches=2),
-        "b_dp4",
+        Layout(dp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2),
+        "b_dp2",
         ["--steps", "3", "--resume"],
     )
     c = _run(

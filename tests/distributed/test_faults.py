@@ -14,8 +14,10 @@ injected through MESHPLAN_FAULT (executor.faults).
 - A damaged checkpoint (one shard altered in place, another truncated) is refused at resume with one line
   naming the folder and the file, exit 2, by every rank alike (the altered file is hashed by rank 1 only).
 
-The uninterrupted reference is one module-scoped launch; each test is one more (the restart tests launch
-the workers twice inside it).
+The crash-while-saving run is module-scoped and doubles as the uninterrupted reference: its first attempt runs
+steps 1 to 4 without a fault (the fault fires in the save after step 4's loss is logged), and its restart
+leaves complete checkpoints at steps 2 and 4. The crash test's losses are compared with that first attempt's.
+The restart tests launch the workers twice each; the hang and damaged-checkpoint tests once each.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dist_launch import cpu_env, tail, torchrun
+from dist_launch import cpu_env
 from dist_plans import make_plan
 
 from executor import checkpoint_manifest as manifest
@@ -38,7 +40,9 @@ from planner.layout import Layout
 pytestmark = pytest.mark.distributed
 
 LAYOUT = Layout(dp=2, tp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
-STEPS, EVERY = 6, 2
+STEPS, EVERY = 4, 2
+"""Step 4 is the fault's step and the last checkpoint: the restart resumes from step 2's checkpoint, and steps 3
+and 4 after it (one of them re-doing the failed step, one re-saving the checkpoint) show it continues exactly."""
 
 
 def meshplan(args: list[str], cwd: Path, fault: str | None = None, timeout_s: float = 240):
@@ -61,32 +65,38 @@ def plan(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, plan: Path) -> dict:
-    """The uninterrupted run: 6 steps, checkpoints at 2, 4 and 6."""
-    tmp = tmp_path_factory.mktemp("reference")
-    proc = torchrun(4, ["-m", "executor", str(plan), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
-                        "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", str(EVERY)],
-                    timeout_s=240, cwd=tmp)
-    assert proc.returncode == 0, tail(proc)
-    got = rows(tmp / "run" / "metrics.jsonl")
-    assert [r["step"] for r in got] == list(range(1, STEPS + 1)) and {r["restart"] for r in got} == {0}
-    return {"plan": plan, "ckpt": tmp / "ckpt", "loss": {r["step"]: r["loss"] for r in got}}
-
-
-def _faulty_run(tmp: Path, reference: dict, fault: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    proc = meshplan(["run", str(reference["plan"]), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
+def _faulty_run(tmp: Path, plan: Path, fault: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    proc = meshplan(["run", str(plan), "--steps", str(STEPS), "--run-dir", str(tmp / "run"),
                      "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", str(EVERY),
                      "--max-restarts", "1", "--json", "-"], tmp, fault=fault)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return proc, rows(tmp / "run" / "metrics.jsonl")
 
 
+@pytest.fixture(scope="module")
+def crash_while_saving(tmp_path_factory, plan: Path) -> dict:
+    """The run whose rank 1 dies in the middle of step 4's checkpoint. It is also the uninterrupted reference:
+    its first attempt logs steps 1 to 4 before the fault fires (in the save after step 4's loss), so no
+    separate launch is needed for the reference losses, nor for a complete checkpoint folder (the restart
+    re-saves step 4)."""
+    tmp = tmp_path_factory.mktemp("crash_while_saving")
+    proc, got = _faulty_run(tmp, plan, "rank=1,step=4,kind=exit-during-save")
+    first = [r for r in got if r["restart"] == 0]
+    assert [r["step"] for r in first] == list(range(1, STEPS + 1)), "the first attempt is uninterrupted to step 4"
+    return {"tmp": tmp, "proc": proc, "got": got, "ckpt": tmp / "ckpt", "loss": {r["step"]: r["loss"] for r in first}}
+
+
+@pytest.fixture(scope="module")
+def reference(crash_while_saving: dict) -> dict:
+    """The uninterrupted losses of steps 1 to 4 and a complete checkpoint folder (steps 2 and 4)."""
+    return crash_while_saving
+
+
 def _assert_resumed_exactly(proc, got: list[dict], reference: dict, first_attempt_steps: list[int]) -> None:
     first = [r for r in got if r["restart"] == 0]
     second = [r for r in got if r["restart"] == 1]
     assert [r["step"] for r in first] == first_attempt_steps
-    assert [r["step"] for r in second] == [3, 4, 5, 6], "the restart resumes after step 2's checkpoint"
+    assert [r["step"] for r in second] == [3, 4], "the restart resumes after step 2's checkpoint"
     for r in first + second:  # bitwise: == on the floats, no tolerance
         assert r["loss"] == reference["loss"][r["step"]], (r, reference["loss"])
     assert re.search(r"restart 1: resumed from \S*step-00000002 \(step 2\)", proc.stderr), proc.stderr[-3000:]
@@ -94,28 +104,28 @@ def _assert_resumed_exactly(proc, got: list[dict], reference: dict, first_attemp
 
 
 @pytest.mark.timeout(300)
-def test_crashed_rank_restarts_and_resumes_exactly(tmp_path: Path, reference: dict) -> None:
-    proc, got = _faulty_run(tmp_path, reference, "rank=1,step=4,kind=exit")
+def test_crashed_rank_restarts_and_resumes_exactly(tmp_path: Path, plan: Path, reference: dict) -> None:
+    proc, got = _faulty_run(tmp_path, plan, "rank=1,step=4,kind=exit")
     fired = json.loads((tmp_path / "run" / "fault-fired.json").read_text())
     assert (fired["rank"], fired["step"], fired["kind"]) == (1, 4, "exit")
     _assert_resumed_exactly(proc, got, reference, first_attempt_steps=[1, 2, 3])
     ckpt = tmp_path / "ckpt"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002", "step-00000004", "step-00000006"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002", "step-00000004"]
 
 
 @pytest.mark.timeout(300)
-def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path: Path, reference: dict) -> None:
-    proc, got = _faulty_run(tmp_path, reference, "rank=1,step=4,kind=exit-during-save")
-    fired = json.loads((tmp_path / "run" / "fault-fired.json").read_text())
+def test_crash_while_saving_keeps_the_previous_checkpoint(crash_while_saving: dict) -> None:
+    proc, got, tmp = crash_while_saving["proc"], crash_while_saving["got"], crash_while_saving["tmp"]
+    fired = json.loads((tmp / "run" / "fault-fired.json").read_text())
     assert (fired["rank"], fired["step"], fired["kind"]) == (1, 4, "exit-during-save")
     # Died mid-save: its own shard was on disk, DCP's .metadata and the completion marker were not.
     written = fired["files_written"]
     assert "__1_0.distcp" in written and ".metadata" not in written and manifest.MARKER not in written, written
     assert fired["folder"].endswith(".tmp-step-00000004")
     # Step 4's loss was logged before the save began; the restart resumes from step 2, the last complete one.
-    _assert_resumed_exactly(proc, got, reference, first_attempt_steps=[1, 2, 3, 4])
-    ckpt = tmp_path / "ckpt"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002", "step-00000004", "step-00000006"]
+    _assert_resumed_exactly(proc, got, crash_while_saving, first_attempt_steps=[1, 2, 3, 4])
+    ckpt = tmp / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002", "step-00000004"]
     for folder in ckpt.iterdir():  # the re-saved step 4 and the others check out against their markers
         assert manifest.verify(folder, manifest.read_marker(folder)) is True
 
@@ -155,7 +165,7 @@ def test_damaged_checkpoint_is_refused_in_one_line(tmp_path: Path, reference: di
     and another truncated (found by its size)."""
     ckpt = tmp_path / "ckpt"
     shutil.copytree(reference["ckpt"], ckpt)
-    latest = ckpt / "step-00000006"
+    latest = ckpt / "step-00000004"
     # Sorted files: .metadata, __0_0, __1_0, __2_0, __3_0; with 2 ranks, rank 1 hashes __0_0 and __2_0.
     shard = latest / "__2_0.distcp"
     data = bytearray(shard.read_bytes())
@@ -165,11 +175,11 @@ def test_damaged_checkpoint_is_refused_in_one_line(tmp_path: Path, reference: di
         fh.truncate(100)
     dp2 = tmp_path / "dp2.json"
     dp2.write_text(make_plan("tiny", Layout(dp=2, zero=3, dp_shard=2, micro_batch=4)).to_json())
-    proc = meshplan(["run", str(dp2), "--steps", "7", "--run-dir", str(tmp_path / "run"), "--resume", str(ckpt)],
+    proc = meshplan(["run", str(dp2), "--steps", "5", "--run-dir", str(tmp_path / "run"), "--resume", str(ckpt)],
                     tmp_path)
     assert proc.returncode == 2, proc.stderr[-5000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (f"error: {latest}: checkpoint is damaged: __2_0.distcp has the recorded size but a different "
                     f"SHA-256 (the file is damaged) (and 1 more damaged file); fix: restore the file, or move "
-                    f"step-00000006 out of the folder to resume from the previous checkpoint"), last
+                    f"step-00000004 out of the folder to resume from the previous checkpoint"), last
     assert "Traceback" not in proc.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()

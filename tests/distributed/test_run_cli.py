@@ -32,8 +32,10 @@ def meshplan(args: list[str], cwd: Path, timeout_s: float = 240) -> subprocess.C
 
 
 def _gpu_plan(tmp: Path) -> Path:
-    """llama3-8b on 4 H100s as tp2 x pp2 (1F1B): a plan this CPU machine can only run with --smoke."""
-    layout = Layout(tp=2, pp=2, schedule="1f1b", micro_batch=1, num_microbatches=4, sequence_parallel=True)
+    """llama3-8b on 2 H100s as pp2 (1F1B): a plan this CPU machine can only run with --smoke. Two ranks show
+    the refusal and the smoke run as four would (the smoke batch follows the pipeline: pp micro-batches); TP x PP
+    on four ranks is run by test_checkpoint_resume (pp2 x tp2) and the 8-rank equivalence launch."""
+    layout = Layout(pp=2, schedule="1f1b", micro_batch=1, num_microbatches=4)
     plan = make_plan("llama3-8b", layout, seq_len=8192, dtype="bf16", cluster_name="dgx-h100")
     path = tmp / "h100.json"
     path.write_text(plan.to_json())
@@ -98,20 +100,21 @@ def test_gpu_plan_runs_with_smoke_and_is_refused_without(tmp_path: Path) -> None
     summary = json.loads(smoke.stdout)
     assert summary["smoke"] is True and summary["steps"] == 1
     assert summary["median_mfu"] is None, "MFU against an H100 peak means nothing for a CPU smoke run"
-    assert summary["layout"].startswith("dp1xtp2xpp2")
+    assert summary["layout"].startswith("dp1xtp1xpp2")
 
 
 @pytest.mark.timeout(300)
 def test_two_torchrun_agents_on_loopback(tmp_path: Path) -> None:
-    """Multi-host path on one machine: two agents (nnodes=2, c10d rendezvous on 127.0.0.1), 2 ranks each,
+    """Multi-host path on one machine: two agents (nnodes=2, c10d rendezvous on 127.0.0.1), one rank each (the
+    second agent's rank is global rank 1 and local rank 0: the two differ as with more ranks per agent),
     reading a memory-mapped uint16 token file (--data)."""
-    layout = Layout(dp=2, tp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
+    layout = Layout(dp=2, zero=3, dp_shard=2, micro_batch=2, num_microbatches=2)
     plan = tmp_path / "plan.json"
     plan.write_text(make_plan("tiny", layout).to_json())
     tokens = tmp_path / "tokens.bin"
     np.random.default_rng(0).integers(0, 256, size=3 * 8 * 65, dtype=np.uint16).tofile(tokens)
     endpoint = f"127.0.0.1:{free_port()}"
-    common = ["run", str(plan), "--steps", "3", "--nnodes", "2", "--nproc", "2", "--rdzv-endpoint", endpoint,
+    common = ["run", str(plan), "--steps", "3", "--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", endpoint,
               "--run-dir", str(tmp_path / "run"), "--data", str(tokens)]
     agents = [
         subprocess.Popen(

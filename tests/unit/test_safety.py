@@ -327,6 +327,27 @@ def test_the_loopback_store_listens_on_127_0_0_1(tmp_path: Path) -> None:
     assert store.proc.returncode == 0
 
 
+def test_the_loopback_store_stop_waits_for_a_slow_exit_and_stops_a_hung_helper(monkeypatch) -> None:
+    """stop(): a helper still exiting when its stdin closes is waited for (exit 0), not killed; one that
+    ignores both its stdin and SIGTERM is killed after the bounded waits."""
+    import subprocess as sp
+    import sys
+
+    from planner import rendezvous
+
+    monkeypatch.setattr(rendezvous, "EXIT_WAIT_S", 3.0)
+    slow = "import sys, time; sys.stdin.read(); time.sleep(1.0)"  # a slow but clean exit
+    hung = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
+    for code, returncode in ((slow, 0), (hung, -9)):
+        proc = sp.Popen([sys.executable, "-c", code], stdin=sp.PIPE, stdout=sp.PIPE, text=True)
+        if code is hung:
+            proc.stdout.readline()  # SIGTERM is ignored from here on
+        store = rendezvous.LoopbackStore(proc, 0)
+        store.stop()
+        proc.stdout.close()
+        assert proc.returncode == returncode, (code, proc.returncode)
+
+
 def _listening_addresses(port: int) -> set[str]:
     """Addresses with a socket listening on `port` (Linux /proc/net/tcp and tcp6)."""
     import socket
