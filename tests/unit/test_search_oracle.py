@@ -99,7 +99,7 @@ def test_pessimistic_objective_uses_more_than_one_band() -> None:
     model = ModelSpec(name="m", num_layers=8, hidden_size=1024, num_heads=8, num_kv_heads=8, ffn_hidden_size=4096,
                       vocab_size=32000, max_seq_len=4096, mlp="swiglu", norm="rmsnorm", position="rope",
                       tied_embeddings=False)
-    ctx = make_context(model, hardware_profiles.cluster("dgx-h100", gpus=16),
+    ctx = make_context(model, hardware_profiles.cluster("dgx-a100", gpus=16),
                        Workload(global_batch=16, seq_len=4096, runtime="megatron"))
     table, _ = brute_force(ctx, Pins(), SearchLimits(max_micro_batch=2))
     assert len(np.unique(high_for_table(ctx, table))) > 1

@@ -65,9 +65,10 @@ def test_deviation_is_real_over_predicted_minus_one() -> None:
 
 
 def test_band_backs_off_from_the_most_specific_features() -> None:
-    runs = [run(id="a", error=-0.10), run(id="b", error=-0.05), run(id="c", error=0.02, gpus=48),
-            run(id="d", error=0.01, gpus=32), run(id="e", error=-0.03, gpus=2048), run(id="f", error=0.10, tp=1),
-            run(id="g", error=-0.2, family="a100")]
+    runs = [run(id="a", error=-0.10, source="s1"), run(id="b", error=-0.05, source="s2"),
+            run(id="c", error=0.02, gpus=48, source="s1"), run(id="d", error=0.01, gpus=32, source="s2"),
+            run(id="e", error=-0.03, gpus=2048, source="s1"), run(id="f", error=0.10, tp=1, source="s2"),
+            run(id="g", error=-0.2, family="a100", source="s3")]
     f = features("h100", "megatron", 8, 1, 1, 1, 1, "1f1b", 512, 8)
     band = band_among(f, runs)
     # only a and b share the scale too; all features but scale match a..e: five runs
@@ -77,11 +78,25 @@ def test_band_backs_off_from_the_most_specific_features() -> None:
     other = band_among(features("h100", "pytorch", 8, 1, 1, 1, 1, "1f1b", 512, 8), runs)
     assert other.runs == 6 and other.basis.endswith("with H100, no CP, no EP")
     # an MoE plan does not take its band from dense runs while the family has enough MoE ones
-    moe = [run(id=f"m{i}", ep=8, moe=True, error=0.5) for i in range(5)]
+    moe = [run(id=f"m{i}", ep=8, moe=True, error=0.5, source=f"s{i % 2}") for i in range(5)]
     assert band_among(features("h100", "pytorch", 8, 1, 1, 8, 1, "1f1b", 512, 8), runs + moe).high == pytest.approx(
         deviation(0.5))
     nothing = band_among(Features("b200", "pytorch", 1, "none", False, False, False, 0), runs)
     assert nothing.runs == 7 and nothing.basis == "all 7 validated runs"
+
+
+def test_runs_of_one_source_do_not_make_a_band_alone() -> None:
+    """Five CP runs of one recipe (one source) agree closely; the band of a CP plan on another runtime falls back
+    past them to the family's runs of two or more sources instead of inheriting their narrow range."""
+    recipe = [run(id=f"r{i}", cp=2, gpus=8 * 2**i, error=0.05 + 0.003 * i, source="recipe") for i in range(5)]
+    others = [run(id=f"o{i}", error=e, source=f"paper{i % 3}") for i, e in enumerate((-0.12, 0.04, -0.02, 0.09, -0.06))]
+    f = features("h100", "pytorch", 4, 4, 2, 1, 1, "zb-h1", 64, 8)
+    band = band_among(f, recipe + others)
+    assert band.runs == 10 and band.basis.endswith("with H100, no EP") and "from 4 sources" in band.basis
+    assert band.high == pytest.approx(deviation(-0.12)) and band.low == pytest.approx(deviation(0.09))
+    # with a second source among the CP runs, they make the band again
+    second = run(id="x", cp=2, gpus=64, error=0.2, source="other")
+    assert band_among(f, recipe + others + [second]).basis.endswith("with H100, CP on, no EP")
 
 
 def _ctx(cluster: str, gpus: int, seq: int = 8192):
