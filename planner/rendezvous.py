@@ -74,8 +74,8 @@ class LoopbackStore:
         """Close the helper's stdin (it exits) and wait for it; then ask it to stop (SIGTERM), and kill it last.
 
         The wait is long (EXIT_WAIT_S) because a clean exit includes the helper's interpreter shutdown with
-        torch loaded, which took over 10 s on the shared 2-core CI machine at load ~17 (a 10 s wait killed a
-        helper that was exiting normally). The wait only ends early, never late: a healthy helper returns at
+        torch loaded, which took over 10 s on a loaded 2-core machine (a 10 s wait killed a helper that was
+        exiting normally). The wait only ends early, never late: a healthy helper returns at
         once after its stdin closes, and a hung one is still stopped.
         """
         if self.proc.stdin:
