@@ -31,6 +31,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from executor.model import Transformer
+from planner.layout.names import RECOMPUTE_NAMES
 
 aten = torch.ops.aten
 COUNTED_MATMULS = frozenset({aten.mm.default, aten.linear.default})
@@ -92,7 +93,7 @@ def apply_ac(part: Transformer, policy: str) -> None:
     """Wrap `part`'s layers (full, op) or attention cores (selective) in place; "none" leaves it untouched."""
     if policy == "none":
         return
-    if policy not in ("full", "selective", "op"):
+    if policy not in RECOMPUTE_NAMES:
         raise ValueError(f"unknown recompute policy {policy!r}")
     for key, block in list(part.layers.items()):
         if policy == "full":
