@@ -242,6 +242,12 @@ def runtime_costs(workload) -> RuntimeCosts:
     return RUNTIME_COSTS[getattr(workload, "runtime", "pytorch")]
 
 
+def reduces_in_bf16(workload) -> bool:
+    """The workload reduces its data-parallel gradients in bf16 (`Workload.grad_reduce_dtype`; workloads without
+    the field reduce in fp32)."""
+    return getattr(workload, "grad_reduce_dtype", "fp32") == "bf16"
+
+
 def grad_reduce_bytes(ctx) -> int:
     """Bytes per gradient element the data-parallel reduction moves.
 
@@ -260,7 +266,7 @@ def grad_reduce_bytes(ctx) -> int:
     param.dtype`); DeepSpeed's `communication_data_type: "bf16"` casts gradients to it before its all-reduce /
     reduce-scatter (deepspeed/runtime/engine.py communication_data_type, allreduce_bucket).
     """
-    if getattr(ctx.workload, "grad_reduce_dtype", "fp32") == "bf16":
+    if reduces_in_bf16(ctx.workload):
         return BF16_BYTES
     if not ctx.mixed_precision:
         return ctx.grad_bytes
@@ -277,7 +283,7 @@ def megatron_grad_buffer_16bit(workload) -> bool:
     shard_model_grad.float()`, a no-op cast only when the buffer is fp32)."""
     if getattr(workload, "runtime", "pytorch") != "megatron":
         return False
-    return workload.dtype == "fp16" or getattr(workload, "grad_reduce_dtype", "fp32") == "bf16"
+    return workload.dtype == "fp16" or reduces_in_bf16(workload)
 
 
 def grad_buffer_step_bytes(ctx) -> float:
@@ -285,7 +291,7 @@ def grad_buffer_step_bytes(ctx) -> float:
     (`RuntimeCosts.step_bytes_per_unsharded_param`: Megatron zeroes its fp32 gradient buffer), halved where that
     buffer is bf16 (`Workload.grad_reduce_dtype` bf16; fp16 runs keep the count they were validated with)."""
     per_param = runtime_costs(ctx.workload).step_bytes_per_unsharded_param
-    if getattr(ctx.workload, "grad_reduce_dtype", "fp32") == "bf16":
+    if reduces_in_bf16(ctx.workload):
         return per_param * BF16_BYTES / FP32_BYTES
     return per_param
 
