@@ -27,8 +27,14 @@ constraint group ("memory of rank 3", "even chunks of rank 1"): the solver's suf
 worker), shrunk by dropping groups while the rest stay infeasible, name a minimal set that cannot all hold.
 
     from planner.solver.partition_cpsat import PartitionProblem, solve_partition
-    result = solve_partition(PartitionProblem(layer_types=(0, 0, 0, 1, 1), ...), time_limit_s=5, workers=8)
+    result = solve_partition(PartitionProblem(layer_types=(0, 0, 0, 1, 1), ...), work_limit=5)
     result.chunks, result.proven_optimal
+
+Reproducible: the search runs on one worker and stops at a deterministic work limit (CP-SAT's
+`max_deterministic_time`, counted in the solver's own work units, not wall time), so a search cut short stops at
+the same point on a loaded machine, an idle one and another machine: the same inputs give the same partition.
+A wall-clock limit made the plan depend on the load (a DeepSeek-V3 split proven optimal in 1.9 s on an idle
+machine hit a 5 s limit under load, and with 8 workers CP-SAT's parallel portfolio is not deterministic at all).
 """
 
 from __future__ import annotations
@@ -59,6 +65,12 @@ __all__ = [
     "counts_of", "integer_objective", "objective_s", "pipeline_value", "scale", "solve_partition",
 ]
 
+WORK_LIMIT = 5.0
+"""CP-SAT's `max_deterministic_time` per partition search. The unit is the solver's deterministic work, which
+sat_parameters.proto says should be as close as possible to a second; on this project's 2-core dev machine the
+DeepSeek-V3 split over 4 ranks x 8 virtual stages (the largest in the tests and benchmarks) is proven optimal at
+1.41 units, 1.9-2.9 s wall on one worker."""
+
 _INT_LIMIT = 2**62  # keep every objective value inside int64 with room for CP-SAT's sums
 
 
@@ -86,15 +98,14 @@ def solve_partition(
     problem: PartitionProblem,
     *,
     hint_chunks: tuple[int, ...] | None = None,
-    time_limit_s: float = 5.0,
-    workers: int = 8,
+    work_limit: float = WORK_LIMIT,
     seed: int = 0,
     export_path: str | None = None,
 ) -> PartitionResult:
     """The contiguous partition minimising the schedule's pipeline time subject to memory (module docstring).
 
     Raises PartitionInfeasibleError (naming the conflicting constraint groups) when nothing fits, and
-    RuntimeError when CP-SAT finds no solution within the time limit or rejects the model.
+    RuntimeError when CP-SAT finds no solution within `work_limit` (deterministic units) or rejects the model.
     """
     from ortools.sat.python import cp_model  # here, not at import: OR-Tools loads in ~0.4 s
 
@@ -103,10 +114,7 @@ def solve_partition(
     model, b, lits = _build(s, hint_chunks, explain=False)
     if export_path:
         model.export_to_file(export_path)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
+    solver = _solver(work_limit, seed)
     status = solver.solve(model)
     name = solver.status_name(status)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -119,10 +127,10 @@ def solve_partition(
                    "objective": solver.objective_value, "bound": solver.best_objective_bound},
         )
     if status == cp_model.INFEASIBLE:
-        raise _explain_infeasible(s, time_limit_s, seed)
+        raise _explain_infeasible(s, work_limit, seed)
     if status == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT rejected the partition model: {model.validate()}")
-    raise RuntimeError(f"CP-SAT found no partition within {time_limit_s} s (status {name})")
+    raise RuntimeError(f"CP-SAT found no partition within its work limit of {work_limit:g} (status {name})")
 
 
 def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | None = None):
@@ -221,7 +229,18 @@ def _build(s: ScaledProblem, hint_chunks, *, explain: bool, assume: list[str] | 
     return model, [b[c] for c in range(C + 1)], lits
 
 
-def _explain_infeasible(s: ScaledProblem, time_limit_s: float, seed: int) -> PartitionInfeasibleError:
+def _solver(work_limit: float, seed: int):
+    """A CP-SAT solver whose answer does not depend on the machine or its load (module docstring)."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = work_limit
+    solver.parameters.num_workers = 1  # CP-SAT's multi-worker portfolio is not deterministic
+    solver.parameters.random_seed = seed
+    return solver
+
+
+def _explain_infeasible(s: ScaledProblem, work_limit: float, seed: int) -> PartitionInfeasibleError:
     """Name a minimal set of conflicting constraint groups: CP-SAT's sufficient assumptions (one worker), then
     each group dropped in turn while the rest stay infeasible (deletion filter: the set left is minimal)."""
 
@@ -229,10 +248,7 @@ def _explain_infeasible(s: ScaledProblem, time_limit_s: float, seed: int) -> Par
 
     def infeasible(names: list[str]) -> tuple[bool, list[str]]:
         model, _, lits = _build(s, None, explain=True, assume=names)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = time_limit_s
-        solver.parameters.num_workers = 1  # the assumption core needs the single-worker search
-        solver.parameters.random_seed = seed
+        solver = _solver(work_limit, seed)  # one worker: the assumption core needs the single-worker search too
         status = solver.solve(model)
         by_index = {lit.index: name for name, lit in lits.items()}
         core = [by_index[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in by_index]
