@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
-from planner.cost.runtime import megatron_grad_buffer_16bit
+from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32
 from planner.layout import Workload, rules
 from planner.model import ModelSpec
 from planner.model.flops import gemm_tp_split, op_recomputed_share
@@ -23,6 +23,12 @@ from planner.model.flops import gemm_tp_split, op_recomputed_share
 # 2 (bf16/fp16 weights) + 2 (16-bit gradients) + K=12 (fp32 master weights, momentum, variance).
 WEIGHT_BYTES_16BIT = 2
 GRAD_BYTES_16BIT = 2
+# Megatron's bf16 runs keep their contiguous gradient buffer (`main_grad`) in fp32 unless --grad-reduce-in-bf16:
+# arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16 ("bfloat16 requires gradient accumulation and
+# all-reduce to be done in fp32") and megatron/core/distributed/param_and_grad_buffer.py allocates the buffer in
+# torch.float then; Megatron-LM docs/distrib_optimizer.md's table counts it: "bf16 param, fp32 grads: 18 bytes per
+# parameter, 6 + 12/d with the distributed optimizer" (d = data-parallel size).
+GRAD_BYTES_MEGATRON_FP32_BUFFER = 4
 OPTIMIZER_BYTES_MIXED = 12  # fp32 master + Adam m + Adam v (ZeRO paper's K = 12)
 # Megatron's fp16 optimizer keeps an fp32 copy of every 16-bit gradient next to the fp32 master weights:
 # Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads does `main_param.grad = model_param.main_grad
@@ -220,7 +226,9 @@ class CostContext:
 
     @property
     def grad_bytes(self) -> int:
-        return GRAD_BYTES_16BIT if self.mixed_precision else GRAD_BYTES_FP32
+        if not self.mixed_precision:
+            return GRAD_BYTES_FP32
+        return GRAD_BYTES_MEGATRON_FP32_BUFFER if megatron_grad_buffer_fp32(self.workload) else GRAD_BYTES_16BIT
 
     @property
     def optimizer_bytes(self) -> int:

@@ -1,7 +1,8 @@
 """Memory per pipeline rank: weights, gradients, optimizer state, activations, logits, buffers, reserve.
 
 Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision Adam, K = 12):
-  16-bit weights 2 B, 16-bit gradients 2 B, fp32 master + Adam moments 12 B per parameter; ZeRO-1 shards the
+  16-bit weights 2 B, 16-bit gradients 2 B (Megatron's bf16 runs: an fp32 gradient buffer, 4 B, unless they
+  reduce in bf16: `context.GRAD_BYTES_MEGATRON_FP32_BUFFER`), fp32 master + Adam moments 12 B per parameter; ZeRO-1 shards the
   12 B over the DP sharding group, ZeRO-2 also the gradients, ZeRO-3 also the weights (without pipeline
   parallelism; with it ZeRO-2/3 hold weights and gradients like ZeRO-1, see `state_sharding_stage`). fp32 runs (CPU):
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the

@@ -286,6 +286,14 @@ def megatron_grad_buffer_16bit(workload) -> bool:
     return workload.dtype == "fp16" or reduces_in_bf16(workload)
 
 
+def megatron_grad_buffer_fp32(workload) -> bool:
+    """Megatron keeps its gradient buffer in fp32: bf16 runs without `--grad-reduce-in-bf16` (the default; the
+    buffer dtype `context.GRAD_BYTES_MEGATRON_FP32_BUFFER` cites). Every other Megatron run has a 16-bit buffer
+    (`megatron_grad_buffer_16bit`)."""
+    return getattr(workload, "runtime", "pytorch") == "megatron" and workload.dtype == "bf16" \
+        and not megatron_grad_buffer_16bit(workload)
+
+
 def grad_buffer_step_bytes(ctx) -> float:
     """HBM bytes per unsharded parameter the runtime moves once per step outside the optimizer
     (`RuntimeCosts.step_bytes_per_unsharded_param`: Megatron zeroes its fp32 gradient buffer), halved where that

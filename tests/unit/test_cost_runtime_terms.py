@@ -352,3 +352,20 @@ def test_megatron_bf16_grad_buffer_adds_the_fp32_copy_and_halves_the_buffer_pass
     params, zero, shard = np.array([8e8]), np.array([1]), np.array([4])
     # fused 28 + param copy 6 + clipping 12 per local parameter; per unsharded one 2 B zeroing + 2 x 2 B scaling
     assert fixed_costs.optimizer_step_s(bf16_reduce, params, zero, shard)[0] == pytest.approx((2e8 * 46 + 8e8 * 6) / BW)
+
+
+def test_megatron_bf16_model_states_match_the_distributed_optimizer_table() -> None:
+    """Megatron-LM docs/distrib_optimizer.md: "bf16 param, fp32 grads" hold 18 B per parameter, 6 + 12/d with the
+    distributed optimizer (the gradient buffer is fp32 by default for bf16); fp16 runs and --grad-reduce-in-bf16 keep
+    a 16-bit buffer plus the optimizer's fp32 copy of it (20 B, 4 + 16/d); eager PyTorch keeps the ZeRO paper's 16 B."""
+    from planner.cost.memory import model_state_bytes
+
+    params = np.array([1e9])
+    for ctx, full, per_shard in ((ctx_for("megatron"), 18, (6, 12)), (ctx_for("megatron", dtype="fp16"), 20, (4, 16)),
+                                 (ctx_for("megatron", grad_reduce_dtype="bf16"), 20, (4, 16)),
+                                 (ctx_for("pytorch"), 16, (4, 12))):
+        for zero, d in ((0, 1), (1, 8)):
+            states = model_state_bytes(ctx, params, np.array([zero]), np.array([d]), np.array([1]))
+            total = sum(float(x[0]) for x in states)
+            expected = full * 1e9 if zero == 0 else (per_shard[0] + per_shard[1] / d) * 1e9
+            assert total == pytest.approx(expected, rel=1e-12), (ctx.workload.runtime, ctx.workload.dtype, zero)
