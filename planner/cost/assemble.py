@@ -98,7 +98,8 @@ def rank_memory(ctx: CostContext, table: dict[str, np.ndarray], params: np.ndarr
     (logits), FSDP buffers."""
     col = _col
     sched, pp, v, m, zero, shard = (col(table[k]) for k in ("sched", "pp", "v", "m", "zero", "dp_shard"))
-    wgt, grd, opt = memory.model_state_bytes(ctx, params, zero, shard, pp, expert_params, expert_shard)
+    wgt, grd, opt = memory.model_state_bytes(ctx, params, zero, shard, pp, expert_params, expert_shard,
+                                             cp=col(table["cp"]), ep=col(table["ep"]))
     acts = activation_bytes * layers * inflight_microbatches(sched, rank, pp, v, m)
     logits = last * col(memory.logits_bytes(ctx, table["mb"], table["tp"], table["cp"]))
     shape = np.broadcast(wgt, acts, logits).shape

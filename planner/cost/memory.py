@@ -46,6 +46,7 @@ import numpy as np
 
 from planner.cost.context import CostContext
 from planner.cost.moe_dispatch import ep_dispatch_tokens
+from planner.cost.runtime import expert_state_shard_ranks, runtime_costs, state_shard_ranks
 from planner.model.flops import gemm_tp_split, op_recomputed_share
 
 RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
@@ -229,14 +230,22 @@ def model_state_bytes(
     pp: np.ndarray,
     expert_params: np.ndarray | float = 0.0,
     expert_shard: np.ndarray | None = None,
+    *,
+    cp: np.ndarray,
+    ep: np.ndarray | int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU.
 
-    `expert_params` of them are routed experts, whose states ZeRO shards over `expert_shard` ranks instead
-    of dp_shard: under expert parallelism, the dp_shard ranks outside the EP group (planner.layout.expert_groups;
-    the executor's expert mesh, executor.mesh). None: dp_shard, as for every other weight."""
-    shard = dp_shard.astype(float)
-    eshard = shard if expert_shard is None else np.asarray(expert_shard, dtype=float)
+    ZeRO shards the dense states over dp_shard, or dp_shard x cp where the runtime shards over the CP ranks too
+    (`runtime.state_shard_ranks`: Megatron's distributed optimizer). `expert_params` of them are routed experts,
+    whose states ZeRO shards over `expert_shard` ranks instead: under expert parallelism, the dp_shard ranks
+    outside the EP group (planner.layout.expert_groups; the executor's expert mesh, executor.mesh; None: dp_shard,
+    as for every other weight), Megatron's dp x cp / ep (`runtime.expert_state_shard_ranks`)."""
+    dp_shard = np.asarray(dp_shard, dtype=float)
+    shard = np.asarray(state_shard_ranks(ctx.workload, dp_shard, np.asarray(cp, dtype=float)), dtype=float)
+    eshard = dp_shard if expert_shard is None else np.asarray(expert_shard, dtype=float)
+    eshard = np.asarray(expert_state_shard_ranks(ctx.workload, dp_shard, np.asarray(cp, dtype=float),
+                                                 np.asarray(ep, dtype=float), eshard), dtype=float)
     stage = state_sharding_stage(zero, pp)
     dense = params - expert_params
 
@@ -249,8 +258,10 @@ def model_state_bytes(
 
 
 def logits_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    """Peak bytes of the logits and their loss on the last pipeline rank (`RuntimeCosts.logits_bytes_per_logit`)."""
     s = ctx.workload.seq_len / cp.astype(float)
-    return 2 * 4 * s * b.astype(float) * ctx.model.vocab_size / tp.astype(float)
+    per_logit = runtime_costs(ctx.workload).logits_bytes_per_logit
+    return per_logit * s * b.astype(float) * ctx.model.vocab_size / tp.astype(float)
 
 
 def fsdp_buffer_bytes(ctx: CostContext, layer_params_local: np.ndarray, zero: np.ndarray, pp: np.ndarray) -> np.ndarray:

@@ -303,7 +303,7 @@ def state_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> 
     sharded like the dense ones (routed experts shard over no more ranks), plus the reserve."""
     tp, pp, ep = table["tp"], table["pp"], table["ep"]
     params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
-    return sum(model_state_bytes(ctx, params, table["zero"], table["dp_shard"], pp)) + reserve_bytes(ctx)
+    return sum(model_state_bytes(ctx, params, table["zero"], table["dp_shard"], pp, cp=table["cp"])) + reserve_bytes(ctx)
 
 
 def _mean_layer_params(ctx: CostContext, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:

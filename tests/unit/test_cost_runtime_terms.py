@@ -283,8 +283,8 @@ def test_megatron_fp16_optimizer_holds_an_fp32_gradient_copy() -> None:
     assert (fp16.optimizer_bytes, bf16.optimizer_bytes, eager.optimizer_bytes) == (16, 12, 12)
     for zero, shard in ((0, 1), (1, 4)):  # sharded like the rest of the optimizer state under ZeRO-1
         args = (np.array([1e9]), np.array([zero]), np.array([shard]), np.array([1]))
-        _, _, opt16 = model_state_bytes(fp16, *args)
-        _, _, opt12 = model_state_bytes(bf16, *args)
+        _, _, opt16 = model_state_bytes(fp16, *args, cp=np.array([1]))
+        _, _, opt12 = model_state_bytes(bf16, *args, cp=np.array([1]))
         assert float(opt16[0] - opt12[0]) == pytest.approx(4e9 / shard)
 
 
@@ -365,7 +365,7 @@ def test_megatron_bf16_model_states_match_the_distributed_optimizer_table() -> N
                                  (ctx_for("megatron", grad_reduce_dtype="bf16"), 20, (4, 16)),
                                  (ctx_for("pytorch"), 16, (4, 12))):
         for zero, d in ((0, 1), (1, 8)):
-            states = model_state_bytes(ctx, params, np.array([zero]), np.array([d]), np.array([1]))
+            states = model_state_bytes(ctx, params, np.array([zero]), np.array([d]), np.array([1]), cp=np.array([1]))
             total = sum(float(x[0]) for x in states)
             expected = full * 1e9 if zero == 0 else (per_shard[0] + per_shard[1] / d) * 1e9
             assert total == pytest.approx(expected, rel=1e-12), (ctx.workload.runtime, ctx.workload.dtype, zero)
