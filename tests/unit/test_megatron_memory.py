@@ -14,9 +14,8 @@ import hardware_profiles as hp
 from planner import evaluate
 from planner.api import make_context
 from planner.cost.memory import logits_bytes
-from planner.layout import Layout
+from planner.layout import Layout, Workload
 from planner.model import preset
-from planner.layout import Workload
 
 
 def _stage(runtime: str, layout: Layout, model: str = "llama3-8b", seq_len: int = 8192, **workload):
