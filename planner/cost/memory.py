@@ -8,7 +8,8 @@ Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision 
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
   embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank. ZeRO shards
   the experts' states over the dp_shard ranks outside the rank's EP group (EP borrows its ranks from the data
-  axes, TorchTitan-style: planner.layout.expert_groups), every other state over dp_shard.
+  axes, TorchTitan-style: planner.layout.expert_groups), every other state over dp_shard. Megatron's distributed
+  optimizer shards over dp_shard x cp instead (experts: dp x cp / ep): `runtime.state_shard_ranks`.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022 Sec. 4, Table 2; 16-bit values, 1-byte
 dropout masks), generalised to GQA and gated MLPs; s = seq/cp, b = micro-batch, h hidden, f ffn, a heads,
@@ -34,7 +35,8 @@ g = kv_heads/heads:
   act_bytes/2 for fp32 runs.
 In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
 (planner/layout/schedules.py); `cost.assemble.rank_memory` multiplies them in.
-Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term).
+Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term);
+Megatron's loss holds 6 B per logit (16-bit logits + one fp32 copy: `RuntimeCosts.logits_bytes_per_logit`).
 FSDP/ZeRO-3 keeps two gathered layers (current + prefetch) of 16-bit weights and their gradients as buffers.
 Reserve: 1 GiB for the CUDA context and NCCL buffers plus 5 % of capacity for allocator fragmentation
 (PyTorch CUDA caching allocator notes; NCCL buffer size NCCL_BUFFSIZE 4 MiB per channel and peer).
