@@ -151,9 +151,9 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
                             c(pp), c(zero_bubble))
     dp_t = masked_max(dp_all, present) + comm.tied_embedding_allreduce_s(ctx, lc.pp_p2p, pp, table["tp"])
     if not work.optimizer_contexts:  # one GPU kind: every column at once
-        opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard))
+        opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard), cp=c(table["cp"]))
     else:
-        opt_all = np.stack([fixed_costs.optimizer_step_s(oc, work.params[:, r], zero, shard)
+        opt_all = np.stack([fixed_costs.optimizer_step_s(oc, work.params[:, r], zero, shard, cp=table["cp"])
                             for r, oc in enumerate(work.optimizer_contexts)], axis=1)
     opt = masked_max(opt_all, present)
     step = pipe + p2p + dp_t + opt

@@ -18,7 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import overhead
-from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, grad_buffer_step_bytes, grad_reduce_bytes, runtime_costs
+from planner.cost.runtime import (
+    KERNEL_LAUNCH_GAP_S,
+    grad_buffer_step_bytes,
+    grad_reduce_bytes,
+    runtime_costs,
+    state_shard_ranks,
+)
 
 # Element-wise kernels per op of an eager decoder layer (executor/model.py Block), (forward, backward):
 EAGER_KERNELS = {
@@ -47,11 +53,13 @@ def layer_launch_s(ctx) -> tuple[float, float]:
     return fwd * KERNEL_LAUNCH_GAP_S, bwd * KERNEL_LAUNCH_GAP_S
 
 
-def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
-    """Seconds of the optimizer step (with clipping) on a rank holding `params` parameters before ZeRO sharding."""
+def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray, *, cp: np.ndarray) -> np.ndarray:
+    """Seconds of the optimizer step (with clipping) on a rank holding `params` parameters before ZeRO sharding;
+    ZeRO leaves it the share of its sharding group (`runtime.state_shard_ranks`: dp_shard, Megatron dp_shard x cp)."""
     rc = runtime_costs(ctx.workload)
     params = np.asarray(params, dtype=float)
-    local = params / np.where(np.asarray(zero) >= 1, np.asarray(dp_shard, dtype=float), 1.0)
+    shard = state_shard_ranks(ctx.workload, np.asarray(dp_shard, dtype=float), np.asarray(cp, dtype=float))
+    local = params / np.where(np.asarray(zero) >= 1, shard, 1.0)
     if ctx.gpu_kind_is_cpu or not ctx.mixed_precision:
         # fp32 training: the fused-kernel count of the reference model (calibrated CPU profiles add their
         # measured optimizer time below): read+write master, m, v and read the gradient, write the weight.

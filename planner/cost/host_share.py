@@ -67,7 +67,7 @@ def apply(
 
     world = table["dp"] * table["tp"] * table["pp"] * table["cp"]
     work = microbatches * pipeline_compute_s
-    work = work + optimizer_step_s(ctx, pipeline_params, table["zero"], table["dp_shard"])
+    work = work + optimizer_step_s(ctx, pipeline_params, table["zero"], table["dp_shard"], cp=table["cp"])
     bound = host_bound_s(ctx, world, table["pp"], work, exposed_wait_s)
     new = np.maximum(step_s, bound)
     return new, new - step_s

@@ -214,9 +214,10 @@ def micro_batch_bounds(
         pipe[on] = _pipeline_bound_s(ctx, pins, limits, m[on], pp[on], t_max[on], t_sum[on], g_sum[on],
                                      _p2p_transfer_bound_s(ctx, pins, mb[on], tp[on], cp[on], pp[on], dp[on]))
     pipe = np.where(single, m * t_max, pipe)  # one rank: every schedule is the same loop, no transfers
-    # A rank holds at least 1/pp of the parameters; ZeRO over all of DP is the least any stage updates locally.
+    # A rank holds at least 1/pp of the parameters; ZeRO over all of DP (x CP where the runtime shards over it) is
+    # the least any stage updates locally.
     params = (L * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
-    opt = fixed_costs.optimizer_step_s(ctx, params, np.ones_like(tp), dp)
+    opt = fixed_costs.optimizer_step_s(ctx, params, np.ones_like(tp), dp, cp=cp)
     return SAFETY * (pipe + opt)
 
 

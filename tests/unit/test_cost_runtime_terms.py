@@ -93,19 +93,29 @@ def test_cross_entropy_bytes_per_runtime() -> None:
         assert compute.head_time_s(ctx, tokens, tp)[0] == pytest.approx(3 * gemm + logits * (fwd + bwd) / BW, rel=1e-12)
 
 
+ONE = np.array([1])
+
+
 def test_optimizer_step_bytes_per_runtime() -> None:
     params, zero, shard = np.array([8e8]), np.array([1]), np.array([4])
     local = 2e8
     # foreach AdamW 84 B per local parameter, no clipping (meshplan run)
-    assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard)[0] == pytest.approx(local * 84 / BW)
+    assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard, cp=ONE)[0] == pytest.approx(local * 84 / BW)
     # fused AdamW 28 + clipping 12
-    assert fixed_costs.optimizer_step_s(ctx_for("pytorch-compile"), params, zero, shard)[0] == pytest.approx(local * 40 / BW)
+    assert fixed_costs.optimizer_step_s(ctx_for("pytorch-compile"), params, zero, shard, cp=ONE)[0] == pytest.approx(local * 40 / BW)
     # Megatron: fused 28 + param copy 6 + clipping 12 per local parameter, + per unsharded one 4 B grad-buffer
     # zeroing and the division by the DP size (read + write of the buffer: fp32 with bf16, 16-bit with fp16)
-    assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard)[0] == pytest.approx(
+    assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard, cp=ONE)[0] == pytest.approx(
         (local * 46 + 8e8 * (4 + 8)) / BW)
-    assert fixed_costs.optimizer_step_s(ctx_for("megatron", dtype="fp16"), params, zero, shard)[0] == pytest.approx(
+    assert fixed_costs.optimizer_step_s(ctx_for("megatron", dtype="fp16"), params, zero, shard, cp=ONE)[0] == pytest.approx(
         (local * 46 + 8e8 * (4 + 4)) / BW)
+    # the distributed optimizer updates 1/(dp x cp) of the parameters: cp2 halves the local part; eager PyTorch
+    # shards over dp_shard only
+    cp2 = np.array([2])
+    assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard, cp=cp2)[0] == pytest.approx(
+        (local / 2 * 46 + 8e8 * (4 + 8)) / BW)
+    assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard, cp=cp2)[0] == pytest.approx(
+        local * 84 / BW)
 
 
 def test_fsdp_copy_out() -> None:
@@ -351,7 +361,7 @@ def test_megatron_bf16_grad_buffer_adds_the_fp32_copy_and_halves_the_buffer_pass
     assert ctx_for("pytorch", grad_reduce_dtype="bf16").optimizer_bytes == 12  # FSDP2 reduces its bf16 grads: no copy
     params, zero, shard = np.array([8e8]), np.array([1]), np.array([4])
     # fused 28 + param copy 6 + clipping 12 per local parameter; per unsharded one 2 B zeroing + 2 x 2 B scaling
-    assert fixed_costs.optimizer_step_s(bf16_reduce, params, zero, shard)[0] == pytest.approx((2e8 * 46 + 8e8 * 6) / BW)
+    assert fixed_costs.optimizer_step_s(bf16_reduce, params, zero, shard, cp=ONE)[0] == pytest.approx((2e8 * 46 + 8e8 * 6) / BW)
 
 
 def test_megatron_bf16_model_states_match_the_distributed_optimizer_table() -> None:

@@ -121,8 +121,10 @@ def test_dp_and_optimizer_over_all_rank_columns_equal_column_by_column(name: str
     by_column = np.stack([comm.dp_time_s(ctx, params[:, r], zero, m, lc.rs_shard, lc.ag_shard, lc.ar_rep, shard,
                                          fwd[:, r], bwd[:, r], n[:, r], pp, zb) for r in range(n.shape[1])], axis=1)
     _same(at_once, by_column, "dp_time_s")
-    opt_once = fixed_costs.optimizer_step_s(ctx, params, c(zero), c(shard))
-    opt_cols = np.stack([fixed_costs.optimizer_step_s(ctx, params[:, r], zero, shard) for r in range(n.shape[1])], axis=1)
+    cp = table["cp"]
+    opt_once = fixed_costs.optimizer_step_s(ctx, params, c(zero), c(shard), cp=c(cp))
+    opt_cols = np.stack([fixed_costs.optimizer_step_s(ctx, params[:, r], zero, shard, cp=cp) for r in range(n.shape[1])],
+                        axis=1)
     _same(opt_once, opt_cols, "optimizer_step_s")
 
 
