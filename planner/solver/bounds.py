@@ -4,7 +4,7 @@ other knob: what lets the branch and bound in `exact.py` skip most of the space 
 Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs and parameter counts:
   time   the busiest GPU does at least 1/W of the step's model FLOPs (no recompute) at the fastest rate any
          kernel reaches (the GEMM plateau or the fused attention kernel's efficiency, whichever is higher);
-  memory its model states with everything sharded (ZeRO-3 over all of DP) plus the reserve.
+  memory its model states with everything sharded (ZeRO-3 over all of DP, x CP for Megatron) plus the reserve.
 
 Micro-batch bound (shape, micro_batch): the pipeline's own makespan, its stage-boundary transfers and the
 optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster of
@@ -56,6 +56,7 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
+from planner.cost.runtime import state_shard_ranks
 from planner.layout.numeric import distinct_rows
 from planner.layout.schedules import SCHEDULES, by_code
 from planner.layout.table import SEARCHED_ORDERS, axis_strides
@@ -79,7 +80,8 @@ def shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.n
     dense = sum(lt.dense_params * lt.count for lt in ctx.layer_types) + ctx.embedding_params + ctx.head_params
     expert = sum(lt.expert_params * lt.count for lt in ctx.layer_types)
     per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
-    mem_lb = (dense / (tp * pp * dp) + expert / (tp * pp * ep * dp)) * per_param + reserve_bytes(ctx)
+    shard = state_shard_ranks(ctx.workload, dp, cp)  # every state sharded over all of DP (x CP where the runtime does)
+    mem_lb = (dense / (tp * pp * shard) + expert / (tp * pp * ep * shard)) * per_param + reserve_bytes(ctx)
     return time_lb, mem_lb
 
 
