@@ -218,7 +218,7 @@ def micro_batch_bounds(
     pipe = np.where(single, m * t_max, pipe)  # one rank: every schedule is the same loop, no transfers
     # A rank holds at least 1/pp of the parameters; ZeRO over all of DP (x CP where the runtime shards over it) is
     # the least any stage updates locally.
-    params = (L * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    params = (L * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     opt = fixed_costs.optimizer_step_s(ctx, params, np.ones_like(tp), dp, cp=cp)
     return SAFETY * (pipe + opt)
 
@@ -291,7 +291,7 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
         return np.zeros(len(tp)), per_byte
 
     replicas = dp // shard
-    params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
     exposed = comm.dp_time_s(ctx, params, zero, table["m"], bandwidth_only("reduce_scatter", shard, "dp_shard"),
                              bandwidth_only("all_gather", shard, "dp_shard"),
@@ -305,11 +305,11 @@ def state_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> 
     stage and sharding group, `memory.model_state_bytes`) of a rank holding 1/pp of the parameters, every one
     sharded like the dense ones (routed experts shard over no more ranks), plus the reserve."""
     tp, pp, ep = table["tp"], table["pp"], table["ep"]
-    params = (ctx.model.num_layers * _mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
+    params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     return sum(model_state_bytes(ctx, params, table["zero"], table["dp_shard"], pp, cp=table["cp"])) + reserve_bytes(ctx)
 
 
-def _mean_layer_params(ctx: CostContext, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+def mean_layer_params(ctx: CostContext, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
     """Parameters of the mean decoder layer on one GPU (as `cost.evaluate` holds them: experts split by tp x ep)."""
     counts = ctx.layer_type_counts().astype(float)
     w = counts / counts.sum()
