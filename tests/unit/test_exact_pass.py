@@ -27,7 +27,7 @@ def _top(score: np.ndarray, fits: np.ndarray, prior: np.ndarray, top: int) -> li
     return [(int(ids[k]), float(merged[k])) for k in keep]
 
 
-@pytest.mark.parametrize("top", [1, 3, 10])
+@pytest.mark.parametrize("top", [1, 3, 10, 20])  # 20: a probe (2 x top) above EXACT_CHUNK_ROWS
 @pytest.mark.parametrize("objective", ["expected", "pessimistic"])
 @pytest.mark.parametrize("duplicated", [False, True])
 def test_second_pass_keeps_the_top_k_of_every_row(top: int, objective: str, duplicated: bool) -> None:
