@@ -52,7 +52,6 @@ from planner.solver.bounds import (
     dp_option_bound_s,
     state_memory_bound_bytes,
 )
-from planner.solver.memory_bound import cannot_fit
 from planner.solver.passes import first_pass as _first_pass
 from planner.solver.passes import fitting_pass as _fitting_pass
 from planner.solver.passes import merge_best as _merge_best
@@ -156,11 +155,11 @@ def _least_memory(ctx: CostContext, prep: Prepared, unbounded: list[_Unbounded],
         pairs = prep.visit.pairs_of(r.shapes)
         pairs = pairs[prep.visit.pair_lb[pairs] < np.inf]
         table = expand_pairs(space, tuple(a[pairs] for a in prep.pair_cols), prep.pair_mb[pairs])
-        aside = np.nonzero(cannot_fit(ctx, table))[0]
+        aside = np.nonzero(state_memory_bound_bytes(ctx, table) > ctx.memory_capacity_bytes)[0]
         best = r.least
         if len(aside):
             sub = _take(table, aside)
-            worst = _fitting_pass(ctx, sub, cache, stats)[2]  # their memory bound does not fit: neither do they
+            worst = _fitting_pass(ctx, sub, cache, stats)[2]  # their states do not fit: neither do they
             stats.rows_skipped_by_bound -= len(aside)
             peak, j = worst
             if best is None or (peak, aside[j]) < (best[1], best[0]):
@@ -226,8 +225,7 @@ def exact_search(
         if row_lb is not None and np.isfinite(kth):
             # Rows that cannot beat the K-th best, or whose model states alone do not fit (once a feasible row is
             # known: else the least-memory row is reported).
-            keep_rows = row_lb < kth
-            keep_rows[keep_rows] = ~cannot_fit(ctx, _take(table, np.nonzero(keep_rows)[0]))
+            keep_rows = (row_lb < kth) & (state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes)
             stats.rows_skipped_by_bound += int((~keep_rows).sum())
             if not keep_rows.all():
                 at = np.nonzero(keep_rows)[0]
@@ -237,7 +235,7 @@ def exact_search(
         if not keep_all and not np.isfinite(kth):
             # No feasible row known yet: rows whose model states alone do not fit are set aside unevaluated (they
             # cannot fit); their memory is needed only if nothing fits at all (`_least_memory`).
-            fits_states = ~cannot_fit(ctx, table)
+            fits_states = state_memory_bound_bytes(ctx, table) <= ctx.memory_capacity_bytes
             stats.rows_skipped_by_bound += int((~fits_states).sum())
             record = _Unbounded(batch)
             unbounded.append(record)

@@ -19,7 +19,10 @@ which only lowers it. Under 1F1B the first rank holds about pp micro-batches and
 about ln(pp) below a rank-0-limited peak; it is tight for pp = 1 and catches the rows whose activations alone are
 far over the GPU (no recomputation, large micro-batches), which are most of the rows a search evaluates and rejects.
 
-The search drops a row when this bound, or `bounds.state_memory_bound_bytes`, exceeds the GPU (`cannot_fit`).
+Once a feasible row is known, the search's first pass (`passes.first_pass`) drops a row when this bound, or
+`bounds.state_memory_bound_bytes`, exceeds the GPU (`cannot_fit`), before its layer times are computed. Before
+that, every row whose states fit is evaluated, so that a search where nothing fits still names the least-memory
+layout exactly as before.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ def row_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> np
     tp, pp, zero, shard = table["tp"], table["pp"], table["zero"], table["dp_shard"]
     tpf = tp.astype(float)
 
+    per_param = sum(model_state_bytes(ctx, np.ones(len(tp)), zero, shard, pp, cp=table["cp"]))  # states are linear in params
+
     def states(params: np.ndarray) -> np.ndarray:
-        return sum(model_state_bytes(ctx, params, zero, shard, pp, cp=table["cp"]))
+        return per_param * params
 
     layer_params = mean_layer_params(ctx, tp, table["ep"])
     act = activation_bytes_per_layer(ctx, table["mb"], tp, table["cp"], table["sp"].astype(bool), table["rc"])

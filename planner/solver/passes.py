@@ -1,6 +1,7 @@
 """A batch of search rows through the two evaluation passes, best-first (the inner loop of `exact.exact_search`).
 
-`first_pass` takes a batch's rows in increasing own bound, in growing chunks: the optimistic first pass
+`first_pass` takes a batch's rows in increasing own bound, in growing chunks (without the rows a memory lower
+bound rules out once a feasible row is known, `memory_bound.cannot_fit`): the optimistic first pass
 (`cost.evaluate.evaluate_fitting` with `bounds.optimistic_bw`: exact memory, DP/PP collectives at a
 capacity-only cost), then the exact pass (`exact_pass`) for the rows that can still beat the K-th best; the
 K-th best tightens after every chunk, so most rows of a batch are never evaluated. `merge_best` keeps the top K
@@ -19,6 +20,7 @@ from planner.cost.context import CostContext
 from planner.cost.evaluate import evaluate_fitting, evaluate_table
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import optimistic_bw
+from planner.solver.memory_bound import cannot_fit
 from planner.validation.bands import high_for_table
 
 if TYPE_CHECKING:
@@ -113,8 +115,9 @@ def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, 
     growing chunks, each through the optimistic first pass and then `exact_pass`, merging the results into
     `best` (see `merge_best`) so that the K-th best tightens before the next chunk. A row is skipped once its
     bound, or its first-pass score, is above the K-th best found so far (not equal: a tie with an earlier
-    arrival would win); every row skipped has an exact score above the final K-th best, so the top K is the one
-    evaluating every row in order gives. Returns (best, least) where least is (peak, row index, row) of the
+    arrival would win), or, once a feasible row is known, when it cannot fit whatever its layer times
+    (`memory_bound.cannot_fit`); every row skipped has an exact score above the final K-th best or does not fit,
+    so the top K is the one evaluating every row in order gives. Returns (best, least) where least is (peak, row index, row) of the
     least-memory row that does not fit (the first of ties in table order), or None."""
     n = len(row_lb)
     row_lb = np.where(np.isnan(row_lb), -np.inf, row_lb)  # no bound known: evaluate it first
@@ -129,8 +132,12 @@ def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, 
         if not len(live):  # the rest are in increasing bound: none can beat the K-th best either
             stats.rows_skipped_by_bound += n - start
             break
+        if np.isfinite(kth):  # a feasible row is known: rows that cannot fit need no least-memory report either
+            live = live[~cannot_fit(ctx, take(table, live))]
         stats.rows_skipped_by_bound += len(chunk) - len(live)
         start, size = start + size, 2 * size
+        if not len(live):
+            continue
         sub = take(table, live)
         ok, res, worst = fitting_pass(ctx, sub, cache, stats)
         if worst is not None:
