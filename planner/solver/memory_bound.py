@@ -48,8 +48,7 @@ def row_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> np
     per GPU (module docstring)."""
     tp, pp, zero, shard = table["tp"], table["pp"], table["zero"], table["dp_shard"]
     tpf = tp.astype(float)
-
-    per_param = sum(model_state_bytes(ctx, np.ones(len(tp)), zero, shard, pp, cp=table["cp"]))  # states are linear in params
+    per_param = sum(model_state_bytes(ctx, np.ones(len(tp)), zero, shard, pp, cp=table["cp"]))  # linear in params
 
     def states(params: np.ndarray) -> np.ndarray:
         return per_param * params
