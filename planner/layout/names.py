@@ -51,6 +51,15 @@ DEFAULT_RUNTIME = "pytorch"
 GRAD_REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 """Precisions of the data-parallel gradient reduction (`Workload.grad_reduce_dtype`, `--grad-reduce-dtype`), the
 default first."""
+OPTIMIZER_STATE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+"""Precisions of Adam's two moments (`Workload.optimizer_state_dtype`, `--optimizer-state-dtype`), the default
+first: fp32, or bf16 as Megatron-Core's precision-aware optimizer (--exp-avg-dtype/--exp-avg-sq-dtype bf16) and
+NeMo's Apex DistributedFusedAdam (optim.dtype bf16) store them."""
+MASTER_WEIGHTS: tuple[str, ...] = ("fp32", "remainders", "none")
+"""How the optimizer keeps the fp32 master copy of 16-bit weights (`Workload.master_weights`, `--master-weights`),
+the default first: a full fp32 copy; only the 16 low bits the bf16 weight lacks ("remainders": Transformer
+Engine's FusedAdam and Apex DistributedFusedAdam store_param_remainders); or none (updates applied to the bf16
+weights: Apex DistributedFusedAdam with a bf16 optimizer dtype)."""
 TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
 """Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
 a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""

@@ -23,12 +23,16 @@ from planner.layout.names import (
     DEFAULT_RUNTIME,
     DEFAULT_SEQ_LEN,
     GRAD_REDUCE_DTYPES,
+    MASTER_WEIGHTS,
+    OPTIMIZER_STATE_DTYPES,
     RUNTIME_NAMES,
     TP_OVERLAP_RUNTIMES,
 )
 
 DType = Literal["bf16", "fp16", "fp32", "fp8"]
 GradReduceDType = Literal[GRAD_REDUCE_DTYPES]  # type: ignore[valid-type]
+OptimizerStateDType = Literal[OPTIMIZER_STATE_DTYPES]  # type: ignore[valid-type]
+MasterWeights = Literal[MASTER_WEIGHTS]  # type: ignore[valid-type]
 Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -43,7 +47,7 @@ class Workload(BaseModel):
     global_batch_tokens: int | None = Field(None, ge=1, description="Tokens per optimizer step; alternative to global_batch.")
     seq_len: int = Field(DEFAULT_SEQ_LEN, ge=1, description="Tokens per sequence.")
     dtype: DType = Field("bf16", description="Compute dtype of matmuls and activations.")
-    optimizer: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW keeps two fp32 moments per parameter.")
+    optimizer: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW keeps two moments per parameter (their precision: optimizer_state_dtype).")
     flash_attention: bool = Field(
         True,
         description="Attention runs as a fused FlashAttention kernel (Dao et al. 2022): causal blocks skipped, "
@@ -110,8 +114,26 @@ class Workload(BaseModel):
         "accepts float32 only). A numerics choice the user makes, never searched. fp16 runs reduce fp16 gradients "
         "already.",
     )
+    optimizer_state_dtype: OptimizerStateDType = Field(
+        OPTIMIZER_STATE_DTYPES[0],
+        description="Precision Adam's two moments are stored in. fp32: every stack's default. bf16 halves them "
+        "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, since "
+        "core_v0.13.0; NeMo's Apex DistributedFusedAdam with optim.dtype bf16). bf16 training only; a numerics "
+        "choice the user makes, never searched.",
+    )
+    master_weights: MasterWeights = Field(
+        MASTER_WEIGHTS[0],
+        description="How the optimizer keeps the master copy of the bf16 weights. fp32: a full fp32 copy (4 B per "
+        "parameter; mixed-precision training, Micikevicius et al. 2018). remainders: only the 16 low bits of the "
+        "fp32 value the bf16 weight lacks (2 B; exact fp32 updates: Megatron-Core --use-precision-aware-optimizer "
+        "with Transformer Engine >= 2.1, NeMo's Apex DistributedFusedAdam store_param_remainders). none: updates "
+        "applied to the bf16 weights (0 B; Apex DistributedFusedAdam with optim.dtype bf16, as NVIDIA's Nemotron-4 "
+        "340B recipe runs it). bf16 training only; never searched.",
+    )
     master_weights_fp32: bool = Field(
-        True, description="Keep an fp32 master copy of the weights (mixed-precision training, Micikevicius et al. 2018)."
+        True, description="Whether the optimizer keeps an fp32-exact master copy of the weights: False exactly when "
+        "master_weights is 'none' (set from it; plans that give only master_weights_fp32=False mean "
+        "master_weights='none').",
     )
 
     @model_validator(mode="after")
@@ -126,6 +148,7 @@ class Workload(BaseModel):
                 "grad_reduce_dtype='bf16' with dtype='fp16': fp16 training reduces its fp16 gradients (loss "
                 "scaling); use grad_reduce_dtype='fp32' for fp16 runs, or train in bf16"
             )
+        self._normalise_optimizer_precision()
         if self.global_batch is None and self.global_batch_tokens is None:
             object.__setattr__(self, "global_batch", DEFAULT_GLOBAL_BATCH_SEQS)
         if self.global_batch_tokens is not None:
@@ -140,6 +163,25 @@ class Workload(BaseModel):
                 )
             object.__setattr__(self, "global_batch", seqs)
         return self
+
+    def _normalise_optimizer_precision(self) -> None:
+        """Tie the legacy `master_weights_fp32` to `master_weights` and refuse what no stack runs: a master copy
+        other than fp32, or bf16 moments, outside bf16 training (the remainders are the bits an fp32 value has
+        beyond bf16; the stacks that drop the master or halve the moments run bf16 models)."""
+        if "master_weights_fp32" in self.model_fields_set and "master_weights" not in self.model_fields_set \
+                and not self.master_weights_fp32:
+            object.__setattr__(self, "master_weights", "none")
+        elif "master_weights_fp32" in self.model_fields_set and self.master_weights_fp32 != (self.master_weights != "none"):
+            raise ValueError(f"master_weights_fp32={self.master_weights_fp32} contradicts "
+                             f"master_weights={self.master_weights!r}; give master_weights alone")
+        object.__setattr__(self, "master_weights_fp32", self.master_weights != "none")
+        lowered = [f"{name}={value!r}" for name, value in (("master_weights", self.master_weights),
+                                                           ("optimizer_state_dtype", self.optimizer_state_dtype))
+                   if value != "fp32"]
+        if lowered and self.dtype != "bf16":
+            raise ValueError(f"{' and '.join(lowered)} with dtype={self.dtype!r}: lower-precision optimizer state is "
+                             "modelled for bf16 training only (remainders complete bf16 weights to fp32); train bf16 "
+                             "or keep master_weights='fp32' and optimizer_state_dtype='fp32'")
 
     @classmethod
     def for_model(cls, model: Any, **given: Any) -> Workload:
