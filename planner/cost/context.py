@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.cost import optimizer_state
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32
 from planner.layout import Workload, rules
@@ -234,6 +235,8 @@ class CostContext:
     def optimizer_bytes(self) -> int:
         if not self.mixed_precision:
             return OPTIMIZER_BYTES_FP32
+        if optimizer_state.lowered(self.workload):  # master / moments below fp32 (Workload.master_weights, ...)
+            return optimizer_state.state_bytes_per_param(self.workload) + optimizer_state.lowered_grad_copy_bytes(self)
         # The fp32 copy of a 16-bit Megatron gradient buffer (fp16 runs, or bf16 with --grad-reduce-in-bf16).
         copies = megatron_grad_buffer_16bit(self.workload)
         return OPTIMIZER_BYTES_MIXED + (FP16_OPTIMIZER_GRAD_COPY_BYTES if copies else 0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost import overhead
+from planner.cost import optimizer_state, overhead
 from planner.cost.runtime import (
     KERNEL_LAUNCH_GAP_S,
     grad_buffer_step_bytes,
@@ -65,7 +65,7 @@ def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.nda
         # measured optimizer time below): read+write master, m, v and read the gradient, write the weight.
         per_param, per_step = 24.0 + ctx.grad_bytes + ctx.weight_bytes, 0.0
     else:
-        per_param = rc.optimizer_bytes_per_param + rc.clip_bytes_per_param
+        per_param = optimizer_state.step_bytes_per_param(ctx) + rc.clip_bytes_per_param
         per_step = grad_buffer_step_bytes(ctx) + (2.0 * grad_reduce_bytes(ctx) if rc.scales_grad_buffer else 0.0)
     traffic = (local * per_param + params * per_step) / ctx.memory_bandwidth_Bps
     # An unfused optimizer (eager PyTorch AdamW on CPU) makes many passes: its measured time per parameter,
