@@ -27,6 +27,8 @@ from planner.layout.names import (
     DEFAULT_SEQ_LEN,
     FRAMEWORK_NAMES,
     GRAD_REDUCE_DTYPES,
+    MASTER_WEIGHTS,
+    OPTIMIZER_STATE_DTYPES,
     RECOMPUTE_MEANINGS,
     RECOMPUTE_NAMES,
     RUNTIME_NAMES,
@@ -47,7 +49,8 @@ FLAG_OF = {
     "zero": "--zero", "dp_shard": "--dp-shard", "recompute": "--recompute",
     "sequence_parallel": "--sequence-parallel", "mesh_axes": "--mesh-axes", "global_batch": "--global-batch",
     "global_batch_tokens": "--global-batch-tokens", "seq_len": "--seq-len", "layer_partition": "layer_partition",
-    "grad_reduce_dtype": "--grad-reduce-dtype",
+    "grad_reduce_dtype": "--grad-reduce-dtype", "master_weights": "--master-weights",
+    "optimizer_state_dtype": "--optimizer-state-dtype",
 }
 
 
@@ -61,6 +64,10 @@ RuntimeChoice = Enum("RuntimeChoice", [(name.replace("-", "_"), name) for name i
 
 GradReduceChoice = Enum("GradReduceChoice", [(name, name) for name in GRAD_REDUCE_DTYPES], type=str)
 """--grad-reduce-dtype values: those of `Workload.grad_reduce_dtype`."""
+MasterWeightsChoice = Enum("MasterWeightsChoice", [(name, name) for name in MASTER_WEIGHTS], type=str)
+"""--master-weights values: those of `Workload.master_weights`."""
+OptimizerStateChoice = Enum("OptimizerStateChoice", [(name, name) for name in OPTIMIZER_STATE_DTYPES], type=str)
+"""--optimizer-state-dtype values: those of `Workload.optimizer_state_dtype`."""
 
 
 class ObjectiveChoice(str, Enum):
@@ -126,6 +133,14 @@ INPUTS = OptionGroup("inputs", (
     _opt("grad_reduce_dtype", GradReduceChoice, "--grad-reduce-dtype",
          "Precision of the data-parallel gradient reduction: fp32, or bf16 for half the DP traffic at some loss of "
          "precision across many ranks (FSDP reduce_dtype, Megatron --grad-reduce-in-bf16). (default: fp32)", _IN),
+    _opt("master_weights", MasterWeightsChoice, "--master-weights",
+         "Master copy of the bf16 weights: fp32 (4 B per parameter), remainders (the 16 low bits, 2 B: Megatron "
+         "--use-precision-aware-optimizer, Apex DistributedFusedAdam) or none (bf16 updates: Apex "
+         "DistributedFusedAdam with a bf16 optimizer dtype, DeepSpeed bf16_master_weights_and_grads). "
+         "(default: fp32)", _IN),
+    _opt("optimizer_state_dtype", OptimizerStateChoice, "--optimizer-state-dtype",
+         "Precision of Adam's two moments: fp32, or bf16 (Megatron --exp-avg-dtype/--exp-avg-sq-dtype bf16, Apex "
+         "DistributedFusedAdam dtype bf16, DeepSpeed bf16_optimizer_states). (default: fp32)", _IN),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
@@ -245,10 +260,14 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
                                       overlap_dp_comm=False if raw.get("no_dp_overlap") else None,
                                       runtime=runtime if runtime or not overlap_tp else _framework_runtime(framework),
                                       tp_comm_overlap=overlap_tp,
-                                      grad_reduce_dtype=getattr(raw.get("grad_reduce_dtype"), "value", None))
+                                      grad_reduce_dtype=getattr(raw.get("grad_reduce_dtype"), "value", None),
+                                      master_weights=getattr(raw.get("master_weights"), "value", None),
+                                      optimizer_state_dtype=getattr(raw.get("optimizer_state_dtype"), "value", None))
     except ValidationError as exc:
+        batch = any("batch" in str(e.get("msg", "")) for e in exc.errors())
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),
-                        fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len") from None
+                        fix="give --global-batch SEQS, or --global-batch-tokens as a multiple of --seq-len" if batch
+                        else None) from None
     return Inputs(model=model, cluster=cluster, workload=workload, flash_attention=not raw.get("no_flash_attention"),
                   framework=framework)
 

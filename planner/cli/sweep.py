@@ -36,7 +36,8 @@ from planner.cli.options import (
 from planner.errors import UserError
 
 FLAGS = OptionGroup("flags", tuple(p for p in INPUTS.params if p.name in ("no_flash_attention", "no_dp_overlap", "runtime",
-                                                                    "grad_reduce_dtype")))
+                                                                    "grad_reduce_dtype", "master_weights",
+                                                                    "optimizer_state_dtype")))
 """The single-valued input options of `meshplan plan`, shared as they are."""
 
 _LIST_HELP = "Comma-separated list, e.g. {}."

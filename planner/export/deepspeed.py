@@ -9,7 +9,9 @@ ZeRO stage over all data-parallel ranks (MiCS, the only sub-group sharding, was 
 are refused by the rules). Gradient communication overlaps with the backward (overlap_comm), as costed, in the
 plan's `Workload.grad_reduce_dtype` (communication_data_type "fp32" or "bf16": runtime/config.py
 get_communication_data_type; the engine casts each bucket to it before the all-reduce, and the ZeRO optimizers
-reduce-scatter in it).
+reduce-scatter in it). Optimizer state without a master and with bf16 moments (`Workload.master_weights` none,
+`Workload.optimizer_state_dtype` bf16): bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states (since
+0.18.3).
 
 The file starts with `#` comment lines naming the release and plan; DeepSpeed reads them (hjson). Tools that
 parse the config with the strict `json` module (e.g. a Hugging Face Trainer) need them removed.
@@ -50,6 +52,9 @@ def config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     cfg["communication_data_type"] = w.grad_reduce_dtype
     if w.dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
+        if w.master_weights == "none":  # the rule deepspeed.optimizer-precision admits none + bf16 moments only
+            # bf16 weights updated in place, bf16 moments (bf16 config, runtime/precision_config.py lines 63-70)
+            cfg["bf16"].update({"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
     elif w.dtype == "fp16":
         cfg["fp16"] = {"enabled": True}
     if lay.recompute == "full":

@@ -12,7 +12,9 @@ data-parallel traffic overlapped: --overlap-grad-reduce (and --overlap-param-gat
 optimizer). Context parallelism: --cp-comm-type p2p (ring attention overlapping each step's K/V exchange with
 attention, Megatron's default and what the megatron runtime costs). TP-communication overlap (the megatron
 runtime's default, `Workload.tp_comm_overlap`): --tp-comm-overlap with sequence parallelism; bf16 gradient reduction
-(`Workload.grad_reduce_dtype`): --grad-reduce-in-bf16; stage-boundary sends
+(`Workload.grad_reduce_dtype`): --grad-reduce-in-bf16; optimizer state below fp32 (`Workload.master_weights`
+remainders, `Workload.optimizer_state_dtype` bf16): --use-precision-aware-optimizer [--exp-avg(-sq)-dtype bf16];
+stage-boundary sends
 overlap compute by default, --no-overlap-p2p-communication where the workload says they block. Models without
 dropout (Llama-style) set --attention-dropout/--hidden-dropout 0 (Megatron's default is 0.1); RoPE models
 state --rotary-base (Megatron's default is 10000). CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication
@@ -30,6 +32,7 @@ from planner.layout.framework_rules import order_allowed
 from planner.layout.table import SEARCHED_ORDERS, layout_to_row
 
 if TYPE_CHECKING:
+    from planner.layout import Workload
     from planner.plan import Plan
 
 ORDER_ARGS = ([], ["--use-tp-pp-dp-mapping"])
@@ -103,6 +106,23 @@ def model_args(plan: Plan) -> list[str]:
     return [a for a in args if a]
 
 
+def precision_aware_args(w: Workload, warnings: list[str]) -> list[str]:
+    """Megatron-Core's precision-aware optimizer for a plan whose optimizer state is below fp32
+    (`Workload.master_weights` remainders, `Workload.optimizer_state_dtype` bf16; the megatron.* optimizer rules
+    refuse the settings it lacks): Transformer Engine's FusedAdam keeps int16 remainders for the bf16 weights
+    (OptimizerConfig.store_param_remainders) and the moments at --exp-avg-dtype/--exp-avg-sq-dtype (bf16 from
+    core_v0.13.0)."""
+    if w.master_weights == "fp32" and w.optimizer_state_dtype == "fp32":
+        return []
+    warnings.append("--use-precision-aware-optimizer needs Transformer Engine's FusedAdam; its int16 master "
+                    "remainders need Transformer Engine >= 2.1 (older releases keep a full fp32 master, 2 more bytes "
+                    "per sharded parameter than planned)")
+    args = ["--use-precision-aware-optimizer"]
+    if w.optimizer_state_dtype == "bf16":
+        args += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    return args
+
+
 def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     """(argument list, warnings)."""
     lay, m = plan.layout, plan.inputs.model
@@ -121,6 +141,7 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
         # DDP/distributed-optimizer grad buffers, and their reduce-scatter/all-reduce, in bf16 (arguments.py: it
         # turns accumulate_allreduce_grads_in_fp32 off; the rule megatron.grad-reduce-dtype keeps it to --bf16).
         args.append("--grad-reduce-in-bf16")
+    args += precision_aware_args(w, warnings)
     if lay.pp > 1 and lay.virtual_stages > 1 and not w.overlap_pp_comm:
         args.append("--no-overlap-p2p-communication")
     if lay.ep > 1:

@@ -25,6 +25,7 @@ import numpy as np
 
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
 from planner.layout.names import DEFAULT_MESH_AXES, FRAMEWORK_NAMES, RECOMPUTE_NAMES
+from planner.layout.optimizer_rules import OPTIMIZER_RULES
 from planner.layout.rule import TRAITS, Columns, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES, ScheduleCode, missing_in, name_in
 from planner.layout.table import MESH_ORDERS, SEARCHED_ORDERS, axis_sizes
@@ -308,6 +309,7 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
     Rule("deepspeed.pp-zero", ("pp", "zero"), (), lambda c, f: (c["pp"] == 1) | (c["zero"] < 2),
          lambda r, f: f"DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only, not {r['zero']}",
          "use zero 0 or 1 with pp > 1", "runtime/pipe/engine.py", DEEPSPEED),
+    *OPTIMIZER_RULES,
 )
 """Every framework's rules (each names its framework)."""
 

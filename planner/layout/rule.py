@@ -60,6 +60,8 @@ class Facts:
     runtime: str | None = None  # Workload.runtime
     overlap_pp_comm: bool | None = None  # Workload.overlap_pp_comm
     grad_reduce_dtype: str | None = None  # Workload.grad_reduce_dtype
+    master_weights: str | None = None  # Workload.master_weights
+    optimizer_state_dtype: str | None = None  # Workload.optimizer_state_dtype
     num_gpus: int | None = None
 
     @classmethod
@@ -77,7 +79,9 @@ class Facts:
             out.update(seq_len=workload.seq_len, global_batch=workload.batch, dtype=workload.dtype,
                        runtime=getattr(workload, "runtime", None),
                        overlap_pp_comm=getattr(workload, "overlap_pp_comm", None),
-                       grad_reduce_dtype=getattr(workload, "grad_reduce_dtype", None))
+                       grad_reduce_dtype=getattr(workload, "grad_reduce_dtype", None),
+                       master_weights=getattr(workload, "master_weights", None),
+                       optimizer_state_dtype=getattr(workload, "optimizer_state_dtype", None))
         return cls(**out)
 
 
