@@ -186,6 +186,12 @@ class PublishedRun(BaseModel):
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="Precision of the DP gradient reduction as the source ran it (Workload.grad_reduce_dtype); "
         "None: fp32, what the framework's runtime reduces in.")
+    master_weights: Literal["fp32", "remainders", "none"] | None = Field(
+        None, description="Master copy of the weights as the source's optimizer kept it (Workload.master_weights); "
+        "None: fp32.")
+    optimizer_state_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="Precision of the Adam moments as the source kept them (Workload.optimizer_state_dtype); "
+        "None: fp32.")
     throughput: dict[str, Any]
     derived: dict[str, Any] | None = None
     step_time: StepTime | None = None

@@ -333,8 +333,9 @@ def workload(case: PublishedRun) -> Workload:
         options["runtime"] = case.runtime
     if case.tp_comm_overlap is not None:
         options["tp_comm_overlap"] = case.tp_comm_overlap
-    if case.grad_reduce_dtype is not None:
-        options["grad_reduce_dtype"] = case.grad_reduce_dtype
+    for field in ("grad_reduce_dtype", "master_weights", "optimizer_state_dtype"):
+        if getattr(case, field) is not None:
+            options[field] = getattr(case, field)
     dtype = case.precision or options.pop("dtype", "bf16")  # the case's precision, else its framework's
     options.pop("dtype", None)
     return Workload(global_batch=case.batch.global_batch_seqs, seq_len=case.model.seq_len, dtype=dtype, **options)
