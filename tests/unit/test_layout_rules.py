@@ -35,7 +35,8 @@ def test_each_rule_gives_the_same_verdict_on_columns_and_on_one_row() -> None:
     rng = np.random.default_rng(11)
     table = _random_table(rng, 400)
     facts = Facts.of(preset("tiny-moe"), Workload(global_batch=96, seq_len=40, runtime="pytorch-compile",
-                                                  overlap_pp_comm=False, grad_reduce_dtype="bf16"), 32)
+                                                  overlap_pp_comm=False, grad_reduce_dtype="bf16",
+                                                  master_weights="none", optimizer_state_dtype="bf16"), 32)
     for r in RULES:
         col = np.broadcast_to(np.asarray(r.holds(table, facts), dtype=bool), (400,))
         one = [bool(np.all(r.holds({k: v[i:i + 1] for k, v in table.items()}, facts))) for i in range(400)]
