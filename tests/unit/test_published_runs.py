@@ -648,6 +648,20 @@ def test_dgxc_nemo_rows_give_back_the_tables_mfu_and_pin_the_recipe_layout() -> 
         assert ({g.kind for g in case.gaps} == {"model"}) == key.startswith("nemotron4"), case.id
 
 
+def test_dgxc_rows_keep_the_optimizer_state_their_recipes_set() -> None:
+    """NeMo 24.09's Apex DistributedFusedAdam keeps int16 master remainders and fp32 moments for the bf16 models with
+    an fp32 optim.dtype (Llama 3.1, Nemotron-4 15B) and no master with bf16 moments for Nemotron-4 340B (optim.dtype
+    bf16); each row cites its yaml and NeMo's lines. With that, the 340B recipe on 128 GPUs (tp8 pp8 dp2), which
+    ran, fits in the model (it was out of memory at 4 + 16/d bytes per parameter) and ranks."""
+    for case in _cases_of("dgxc_benchmarking_2024"):
+        w = published_runs.workload(case)
+        big = case.id.split("_")[3] == "nemotron4-340b"
+        assert (w.master_weights, w.optimizer_state_dtype) == (("none", "bf16") if big else ("remainders", "fp32")), case.id
+        assert "megatron_base_model.py lines 81" in case.parallelism.note and "35a9aec" in case.parallelism.note, case.id
+    (row,) = published_runs.run(["dgxc2024_h100_bf16_nemotron4-340b_128gpu"]).itertuples()
+    assert row.rank.isdigit() and np.isfinite(row.predicted_s), row.rank
+
+
 def test_nemotron4_layer_style_and_a_stated_interleaving_past_the_search_limit() -> None:
     """Nemotron-4 (squared-ReLU, LayerNorm1p, RoPE, no biases, untied) is predicted with the GELU-shaped MLP and
     LayerNorm: the same GEMMs and weights, so 15B comes out at its name's size; 340B's stated 12 chunks per stage
