@@ -134,13 +134,12 @@ INPUTS = OptionGroup("inputs", (
          "Precision of the data-parallel gradient reduction: fp32, or bf16 for half the DP traffic at some loss of "
          "precision across many ranks (FSDP reduce_dtype, Megatron --grad-reduce-in-bf16). (default: fp32)", _IN),
     _opt("master_weights", MasterWeightsChoice, "--master-weights",
-         "Master copy of the bf16 weights: fp32 (4 B per parameter), remainders (the 16 low bits, 2 B: Megatron "
-         "--use-precision-aware-optimizer, Apex DistributedFusedAdam) or none (bf16 updates: Apex "
-         "DistributedFusedAdam with a bf16 optimizer dtype, DeepSpeed bf16_master_weights_and_grads). "
-         "(default: fp32)", _IN),
+         "Master copy of the bf16 weights: fp32 (4 B per parameter), remainders (the 16 low bits, 2 B: Megatron's "
+         "precision-aware optimizer, Apex DistributedFusedAdam) or none (bf16 updates: Apex DistributedFusedAdam "
+         "with a bf16 optimizer dtype, DeepSpeed's bf16 master weights). (default: fp32)", _IN),
     _opt("optimizer_state_dtype", OptimizerStateChoice, "--optimizer-state-dtype",
-         "Precision of Adam's two moments: fp32, or bf16 (Megatron --exp-avg-dtype/--exp-avg-sq-dtype bf16, Apex "
-         "DistributedFusedAdam dtype bf16, DeepSpeed bf16_optimizer_states). (default: fp32)", _IN),
+         "Precision of Adam's two moments: fp32, or bf16 (Megatron's precision-aware optimizer with bf16 moments, "
+         "Apex DistributedFusedAdam dtype bf16, DeepSpeed's bf16 optimizer states). (default: fp32)", _IN),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
