@@ -38,7 +38,9 @@ import numpy as np
 
 from planner.cost import comm, fixed_costs, host_share, memory
 from planner.cost.context import CostContext
+from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.partition import StageSplit
+from planner.layout.expert_groups import state_shard_ranks
 from planner.layout.schedules import by_code, inflight_microbatches, makespan
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
@@ -99,7 +101,7 @@ def rank_memory(ctx: CostContext, table: dict[str, np.ndarray], params: np.ndarr
     col = _col
     sched, pp, v, m, zero, shard = (col(table[k]) for k in ("sched", "pp", "v", "m", "zero", "dp_shard"))
     wgt, grd, opt = memory.model_state_bytes(ctx, params, zero, shard, pp, expert_params, expert_shard,
-                                             cp=col(table["cp"]), ep=col(table["ep"]))
+                                             cp=col(table["cp"]))
     acts = activation_bytes * layers * inflight_microbatches(sched, rank, pp, v, m)
     logits = last * col(memory.logits_bytes(ctx, table["mb"], table["tp"], table["cp"]))
     shape = np.broadcast(wgt, acts, logits).shape
@@ -146,9 +148,10 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     # Every rank column at once: the per-row columns and coefficients broadcast as (rows, 1) against the ranks'
     # (rows, ranks) arrays, element for element the same arithmetic as one call per rank column.
     c = _col
+    ar = replicate_coeffs(lc.ar_rep, lc.ar_ddp, zero)
     dp_all = comm.dp_time_s(ctx, work.params, c(zero), c(m), tuple(map(c, lc.rs_shard)), tuple(map(c, lc.ag_shard)),
-                            tuple(map(c, lc.ar_rep)), c(shard), work.fwd_window_s, work.bwd_window_s, work.layers,
-                            c(pp), c(zero_bubble))
+                            tuple(map(c, ar)), c(state_shard_ranks(shard, table["cp"])), work.fwd_window_s,
+                            work.bwd_window_s, work.layers, c(pp), c(zero_bubble))
     dp_t = masked_max(dp_all, present) + comm.tied_embedding_allreduce_s(ctx, lc.pp_p2p, pp, table["tp"])
     if not work.optimizer_contexts:  # one GPU kind: every column at once
         opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard), cp=c(table["cp"]))

@@ -386,7 +386,7 @@ def dp_time_s(
     shard_rs,
     shard_ag,
     replicate_ar,
-    dp_shard: np.ndarray,
+    shard_ranks: np.ndarray,
     window_fwd_s: np.ndarray,
     window_bwd_s: np.ndarray,
     layers: np.ndarray,
@@ -396,7 +396,8 @@ def dp_time_s(
     """Exposed data-parallel time per step on one pipeline rank holding `params` parameters.
 
     Volumes (G = gradients at the runtime's reduction precision, `runtime.grad_reduce_bytes`: fp32 in
-    mixed-precision training; W = 16-bit weights; S = sharding group, R = replicate group):
+    mixed-precision training; W = 16-bit weights; S = sharding group dp_shard x cp of `shard_ranks` ranks,
+    R = replicate group dp_replicate, or dp_replicate x cp under ZeRO-0: `cost.dp_groups`):
       ZeRO-0 (DDP): all-reduce G over R once per step (grad accumulation keeps local sums).
       ZeRO-1: reduce-scatter G over S + all-reduce G/S over R once per step; all-gather W over S after the
               optimizer (Megatron distributed optimizer). With `Workload.zero1_grad_allreduce` (DeepSpeed's
@@ -424,7 +425,7 @@ def dp_time_s(
     rc = runtime_costs(ctx.workload)
     grad_b = params * grad_reduce_bytes(ctx)
     w_b = params * ctx.weight_bytes
-    shard = dp_shard.astype(float)
+    shard = np.asarray(shard_ranks, dtype=float)
     piped = np.asarray(pp) > 1
     chunk_unit = piped & (np.zeros(np.shape(piped), dtype=bool) if zero_bubble is None else np.asarray(zero_bubble))
     chunk_unit = chunk_unit & rc.zero_bubble_chunk_fsdp

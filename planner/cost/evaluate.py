@@ -17,23 +17,13 @@ import numpy as np
 from planner.cost import comm, compute, memory, moe_dispatch, overhead
 from planner.cost.assemble import RankWork, TableResult, assemble, memory_fit, rank_memory
 from planner.cost.context import CostContext
+from planner.cost.dp_groups import axis_groups, dp_group_coeffs
 from planner.cost.partition import balanced_split
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
 from planner.layout.numeric import distinct_rows
-from planner.layout.table import MESH_ORDERS, RecomputeCode, axis_sizes, mesh_strides
+from planner.layout.table import MESH_ORDERS, RecomputeCode
 
 __all__ = ["LAYER_COLUMNS", "LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
-
-
-def _axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per row and axis name: (group size, stride) of that axis in the row's rank order.
-
-    Along a row-major mesh the groups of an axis are ranks base + j * stride (j < size), stride being the
-    product of the sizes of the axes inside it; so (size, stride, ranks in use) fixes every group of the axis,
-    and the topology is asked once per distinct triple, not once per layout.
-    """
-    sizes, strides = axis_sizes(table), mesh_strides(table)
-    return {axis: (sizes[axis], strides[axis]) for axis in MESH_ORDERS[0]}
 
 
 def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):
@@ -71,9 +61,9 @@ def _ep_coeffs(bw: comm.AxisBandwidth, table, groups, world):
 
 
 def expert_shard(table: dict[str, np.ndarray]) -> np.ndarray:
-    """Per row, the ranks ZeRO shards the routed experts' states over: the dp_shard ranks outside the EP
-    group (dp_shard when ep = 1), as executor.mesh builds the experts' gradient mesh."""
-    out = table["dp_shard"].astype(np.int64).copy()
+    """Per row, the ranks ZeRO shards the routed experts' states over: the dp_shard x cp ranks outside the EP
+    group (dp_shard x cp when ep = 1), as executor.mesh builds the experts' gradient mesh."""
+    out = (table["dp_shard"] * table["cp"]).astype(np.int64)
     sizes = {"dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"], "cp": table["cp"]}
     for code in np.unique(table["order"]):
         sel = table["order"] == code
@@ -102,9 +92,10 @@ class LayerCosts:
     head_w: np.ndarray  # the head's weight-gradient GEMM inside e_last (the last rank's W pass)
     dense_params: float  # mean per layer
     expert_params: float
-    rs_shard: tuple
-    ag_shard: tuple
-    ar_rep: tuple
+    rs_shard: tuple  # reduce-scatter over the sharding group dp_shard x cp (cost.dp_groups)
+    ag_shard: tuple  # all-gather over it
+    ar_rep: tuple  # all-reduce over HSDP's replicate group dp_replicate (ZeRO >= 1)
+    ar_ddp: tuple  # all-reduce over every data rank, dp_replicate x dp_shard x cp (ZeRO-0: DDP)
     pp_p2p: tuple
 
 
@@ -114,7 +105,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     tp, cp, ep, pp = table["tp"], table["cp"], table["ep"], table["pp"]
     mb, rc, sp = table["mb"], table["rc"], table["sp"].astype(bool)
     tokens = mb * s / cp
-    groups = _axis_groups(table)
+    groups = axis_groups(table)
     world = table["dp"] * tp * pp * cp
     tp_ar = _coeff_columns(bw, "all_reduce", *groups["tp"], world)
     cp_ag = _coeff_columns(bw, "all_gather", *groups["cp"], world)
@@ -166,14 +157,13 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     u_comp, u_fwd = u_comp + dp_f + dp_b, u_fwd + dp_f
     emb_f = compute.embedding_forward_time_s(ctx, tokens, tp)
     head_f = compute.head_forward_time_s(ctx, tokens, tp)
+    rs_shard, ag_shard, ar_rep, ar_ddp = dp_group_coeffs(bw, table, world, groups)  # FSDP over dp_shard x cp
     return LayerCosts(
         tokens=tokens, u=u_comp + u_tp + u_cp + u_ep, u_fwd=u_fwd, u_w=u_w, u_comp=u_comp, u_tp=u_tp, u_cp=u_cp,
         u_ep=u_ep, emb_f=emb_f, head_f=head_f, e_first=compute.embedding_time_s(ctx, tokens, tp),
         e_last=compute.head_time_s(ctx, tokens, tp), head_w=compute.head_weight_grad_time_s(ctx, tokens, tp),
         dense_params=dense_params, expert_params=expert_params,
-        rs_shard=_coeff_columns(bw, "reduce_scatter", *groups["dp_shard"], world),
-        ag_shard=_coeff_columns(bw, "all_gather", *groups["dp_shard"], world),
-        ar_rep=_coeff_columns(bw, "all_reduce", *groups["dp_replicate"], world),
+        rs_shard=rs_shard, ag_shard=ag_shard, ar_rep=ar_rep, ar_ddp=ar_ddp,
         pp_p2p=_coeff_columns(bw, "p2p", *groups["pp"], world),
     )
 

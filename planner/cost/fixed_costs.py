@@ -23,8 +23,8 @@ from planner.cost.runtime import (
     grad_buffer_step_bytes,
     grad_reduce_bytes,
     runtime_costs,
-    state_shard_ranks,
 )
+from planner.layout.expert_groups import state_shard_ranks
 
 # Element-wise kernels per op of an eager decoder layer (executor/model.py Block), (forward, backward):
 EAGER_KERNELS = {
@@ -55,10 +55,10 @@ def layer_launch_s(ctx) -> tuple[float, float]:
 
 def optimizer_step_s(ctx, params: np.ndarray, zero: np.ndarray, dp_shard: np.ndarray, *, cp: np.ndarray) -> np.ndarray:
     """Seconds of the optimizer step (with clipping) on a rank holding `params` parameters before ZeRO sharding;
-    ZeRO leaves it the share of its sharding group (`runtime.state_shard_ranks`: dp_shard, Megatron dp_shard x cp)."""
+    ZeRO leaves it the share of its sharding group, dp_shard x cp (`expert_groups.state_shard_ranks`)."""
     rc = runtime_costs(ctx.workload)
     params = np.asarray(params, dtype=float)
-    shard = state_shard_ranks(ctx.workload, np.asarray(dp_shard, dtype=float), np.asarray(cp, dtype=float))
+    shard = state_shard_ranks(np.asarray(dp_shard, dtype=float), np.asarray(cp, dtype=float))
     local = params / np.where(np.asarray(zero) >= 1, shard, 1.0)
     if ctx.gpu_kind_is_cpu or not ctx.mixed_precision:
         # fp32 training: the fused-kernel count of the reference model (calibrated CPU profiles add their

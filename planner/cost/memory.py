@@ -7,9 +7,10 @@ Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3.1 / Fig. 1; mixed-precision 
   parallelism; with it ZeRO-2/3 hold weights and gradients like ZeRO-1, see `state_sharding_stage`). fp32 runs (CPU):
   4 + 4 + 8 B. Parameters on a rank: its layers' dense parameters / tp plus routed experts / (tp * ep), the
   embedding (vocab-parallel, / tp) on rank 0 and the final norm + LM head (/ tp) on the last rank. ZeRO shards
-  the experts' states over the dp_shard ranks outside the rank's EP group (EP borrows its ranks from the data
-  axes, TorchTitan-style: planner.layout.expert_groups), every other state over dp_shard. Megatron's distributed
-  optimizer shards over dp_shard x cp instead (experts: dp x cp / ep): `runtime.state_shard_ranks`.
+  every dense state over dp_shard x cp (FSDP over TorchTitan's dp_shard_cp mesh, Megatron's dp x cp distributed
+  optimizer, meshplan run's FSDP2 mesh: `expert_groups.state_shard_ranks`) and the experts' states over the
+  dp_shard x cp ranks outside the rank's EP group (EP borrows its ranks from the data axes, TorchTitan-style:
+  planner.layout.expert_groups).
 
 Activations per layer and micro-batch (Korthikanti et al. 2022 Sec. 4, Table 2; 16-bit values, 1-byte
 dropout masks), generalised to GQA and gated MLPs; s = seq/cp, b = micro-batch, h hidden, f ffn, a heads,
@@ -48,7 +49,8 @@ import numpy as np
 
 from planner.cost.context import CostContext
 from planner.cost.moe_dispatch import ep_dispatch_tokens
-from planner.cost.runtime import expert_state_shard_ranks, runtime_costs, state_shard_ranks
+from planner.cost.runtime import runtime_costs
+from planner.layout.expert_groups import state_shard_ranks
 from planner.model.flops import gemm_tp_split, op_recomputed_share
 
 RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
@@ -234,20 +236,15 @@ def model_state_bytes(
     expert_shard: np.ndarray | None = None,
     *,
     cp: np.ndarray,
-    ep: np.ndarray | int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer state) bytes for `params` parameters on one GPU.
 
-    ZeRO shards the dense states over dp_shard, or dp_shard x cp where the runtime shards over the CP ranks too
-    (`runtime.state_shard_ranks`: Megatron's distributed optimizer). `expert_params` of them are routed experts,
-    whose states ZeRO shards over `expert_shard` ranks instead: under expert parallelism, the dp_shard ranks
-    outside the EP group (planner.layout.expert_groups; the executor's expert mesh, executor.mesh; None: dp_shard,
-    as for every other weight), Megatron's dp x cp / ep (`runtime.expert_state_shard_ranks`)."""
-    dp_shard = np.asarray(dp_shard, dtype=float)
-    shard = np.asarray(state_shard_ranks(ctx.workload, dp_shard, np.asarray(cp, dtype=float)), dtype=float)
-    eshard = dp_shard if expert_shard is None else np.asarray(expert_shard, dtype=float)
-    eshard = np.asarray(expert_state_shard_ranks(ctx.workload, dp_shard, np.asarray(cp, dtype=float),
-                                                 np.asarray(ep, dtype=float), eshard), dtype=float)
+    ZeRO shards the dense states over dp_shard x cp (`expert_groups.state_shard_ranks`, the executor's FSDP mesh
+    and every runtime's: TorchTitan, Megatron). `expert_params` of them are routed experts, whose states ZeRO
+    shards over `expert_shard` ranks instead: under expert parallelism, the dp_shard x cp ranks outside the EP
+    group (planner.layout.expert_groups; the executor's expert mesh, executor.mesh; None: as the dense states)."""
+    shard = np.asarray(state_shard_ranks(np.asarray(dp_shard, dtype=float), np.asarray(cp, dtype=float)), dtype=float)
+    eshard = shard if expert_shard is None else np.asarray(expert_shard, dtype=float)
     stage = state_sharding_stage(zero, pp)
     dense = params - expert_params
 

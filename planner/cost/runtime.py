@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from planner.layout.names import RUNTIME_NAMES
 
 # GPU time one more kernel launch adds to a stream of back-to-back kernels when nothing captures them in a CUDA
@@ -137,10 +135,6 @@ class RuntimeCosts:
     """Each blocking stage-boundary exchange ends in torch.cuda.synchronize() (Megatron's `_communicate`) unless the
     workload overlaps the exchanges (`Workload.overlap_pp_comm`): `BLOCKING_P2P_SYNC_S` per call; False where
     the sends only order streams (torch.distributed.pipelining waits on NCCL work objects, which blocks no host)."""
-    states_sharded_over_cp: bool
-    """ZeRO shards the model states over the data-parallel ranks AND the context-parallel ranks (the CP ranks of a
-    replica hold the same weights and sum their gradients): `state_shard_ranks`. False: over dp_shard only, the CP
-    ranks holding copies (meshplan run's FSDP2 mesh: HSDP on (dp_replicate x cp, dp_shard), executor/fsdp.py)."""
     logits_bytes_per_logit: float
     """Peak bytes per logit (s/cp x b x V/tp on the last pipeline rank) the LM head and the loss hold at once,
     beside the activations (`memory.logits_bytes`)."""
@@ -201,7 +195,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        states_sharded_over_cp=False, logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -214,7 +208,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        states_sharded_over_cp=False, logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -254,14 +248,8 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # Megatron-DeepSpeed (131bd43e, 2022-06, BLOOM) all-reduce in _CopyToModelParallelRegion.backward, after
         # both GEMMs (Workload.async_tp_backward False).
         async_tp_backward=True,
-        # The distributed optimizer and the DDP gradient buffers it shards are built over the data-parallel group
-        # WITH the context-parallel ranks: Megatron-Core core_r0.9.0 megatron/core/optimizer/__init__.py
-        # get_megatron_optimizer line 402 `data_parallel_group=mpu.get_data_parallel_group(with_context_parallel=
-        # True)` (experts: get_data_modulo_expert_parallel_group(with_context_parallel=True), line 431) and
-        # megatron/core/distributed/distributed_data_parallel.py line 227 (the buffers' reduce-scatter group); the
-        # same in NeMo 24.09's Apex optimizer, nemo/core/optim/distributed_adam.py line 132 `kwargs['process_group']
-        # = parallel_state.get_data_parallel_group(with_context_parallel=True)`.
-        states_sharded_over_cp=True, logits_bytes_per_logit=_LOGITS_MEGATRON,
+        # Its distributed optimizer shards over dp x cp, as FSDP does everywhere: planner.layout.expert_groups.
+        logits_bytes_per_logit=_LOGITS_MEGATRON,
     ),
 }
 
@@ -278,24 +266,6 @@ def reduces_in_bf16(workload) -> bool:
     """The workload reduces its data-parallel gradients in bf16 (`Workload.grad_reduce_dtype`; workloads without
     the field reduce in fp32)."""
     return getattr(workload, "grad_reduce_dtype", "fp32") == "bf16"
-
-
-def state_shard_ranks(workload, dp_shard, cp):
-    """Ranks ZeRO shards a rank's dense model states over: dp_shard, times cp where the runtime shards over the
-    context-parallel ranks too (`RuntimeCosts.states_sharded_over_cp`: Megatron's distributed optimizer)."""
-    return dp_shard * cp if runtime_costs(workload).states_sharded_over_cp else dp_shard
-
-
-def expert_state_shard_ranks(workload, dp_shard, cp, ep, expert_shard):
-    """Ranks ZeRO shards a rank's routed-expert states over. Megatron: its expert-data-parallel group with CP,
-    dp x cp / ep ranks (`state_shard_ranks` / ep): core_r0.9.0 megatron/core/parallel_state.py lines 848-862 build
-    `_DATA_MODULO_EXPERT_PARALLEL_GROUP_WITH_CP` from the 'dp-cp' groups of the expert rank generator, whose
-    data-parallel size is dp / ep, and get_megatron_optimizer shards the expert optimizer over it (optimizer/
-    __init__.py line 431). Other runtimes: `expert_shard` as given (the dp_shard ranks outside the EP group,
-    cost.evaluate.expert_shard)."""
-    if runtime_costs(workload).states_sharded_over_cp:
-        return np.maximum(dp_shard * cp / ep, 1)
-    return expert_shard
 
 
 def grad_reduce_bytes(ctx) -> int:

@@ -13,11 +13,23 @@ mesh and no DeviceMesh slice can express it. With power-of-two degrees the secon
 Beyond TorchTitan (which needs cp | ep and ep | dp_shard * cp) the executor also builds EP groups inside CP
 (ep < cp) and EP groups that span DP replicas (ZeRO-0, or an HSDP shard group smaller than ep / cp).
 
+Dense model states (`state_shard_ranks`): ZeRO >= 1 shards them over dp_shard x cp and replicates them over
+dp_replicate (HSDP when dp_replicate > 1). The CP ranks of a replica hold the same weights and sum their
+gradients, so sharding over them too moves no more bytes per rank and divides the states by cp once more.
+TorchTitan does this (v0.2.0 torchtitan/distributed/parallel_dims.py line 141 flattens ("dp_shard", "cp") into
+"dp_shard_cp"; models/llama3/infra/parallelize.py lines 115-121 apply FSDP over ("dp_replicate", "dp_shard_cp")),
+and so does Megatron-Core's distributed optimizer (core_r0.9.0 megatron/core/optimizer/__init__.py line 402
+`get_data_parallel_group(with_context_parallel=True)`; distributed_data_parallel.py line 227, the gradient
+buffers' reduce-scatter group; NeMo 24.09 nemo/core/optim/distributed_adam.py line 132 for Apex's optimizer).
+ZeRO-0 replicates over the whole data block.
+
 Experts: each EP rank holds num_experts / ep of them. The D / ep ranks with the same EP coordinate (the
 expert-data-parallel group) hold the same experts and treat them as the dense weights are treated,
-restricted to the ranks outside EP: ZeRO >= 1 shards them over the dp_shard ranks outside EP
-(`expert_shard_size`) and replicates them over the dp_replicate and cp ranks outside EP; ZeRO-0 replicates
-them over the whole expert-data-parallel group.
+restricted to the ranks outside EP: ZeRO >= 1 shards them over the dp_shard x cp ranks outside EP
+(`expert_shard_size`; TorchTitan's efsdp = dp_shard x cp / ep, parallel_dims.py, where EP lies inside
+dp_shard x cp; Megatron's expert optimizer over dp x cp / ep, core_r0.9.0 optimizer/__init__.py line 431 and
+parallel_state.py lines 848-862) and replicates them over the dp_replicate ranks outside EP; ZeRO-0
+replicates them over the whole expert-data-parallel group.
 """
 
 from __future__ import annotations
@@ -75,9 +87,19 @@ def not_a_block(ep: int, sizes: Mapping[str, int], axes_inner_first: Sequence[st
             "ranks of them, so ep must be a multiple of each axis it spans and divide the axis it ends in")
 
 
+SHARD_AXES = ("dp_shard", "cp")
+"""The axes ZeRO >= 1 shards model states over (flattened; see the module docstring); dp_replicate replicates."""
+
+
+def state_shard_ranks(dp_shard, cp):
+    """Ranks ZeRO >= 1 shards a rank's dense model states over: dp_shard x cp (the module docstring, with the
+    TorchTitan and Megatron sources). The one rule the executor's FSDP mesh and the cost model both follow."""
+    return dp_shard * cp
+
+
 def expert_shard_size(ep: np.ndarray, sizes: Mapping[str, np.ndarray], axes_inner_first: Sequence[str]) -> np.ndarray:
-    """Ranks a ZeRO >= 1 rank shards its experts' states over: the dp_shard ranks outside its EP group
-    (dp_shard itself when ep == 1). Rows whose EP group is not a block get the same formula (not buildable;
+    """Ranks a ZeRO >= 1 rank shards its experts' states over: the dp_shard x cp ranks outside its EP group
+    (`state_shard_ranks` when ep == 1). Rows whose EP group is not a block get the same formula (not buildable;
     `ep_problem` says so)."""
     parts, _ = ep_parts(ep, sizes, axes_inner_first)
-    return np.asarray(sizes["dp_shard"], dtype=np.int64) // parts["dp_shard"]
+    return np.prod([np.asarray(sizes[a], dtype=np.int64) // parts[a] for a in SHARD_AXES], axis=0)

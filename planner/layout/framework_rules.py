@@ -55,16 +55,17 @@ FEATURES: dict[str, Features] = {
                    "(executor.ac)", "full": "every decoder layer from its input (executor.ac)",
                    "op": "per-op selective checkpointing of every decoder layer: every second matmul and all "
                    "element-wise ops recomputed (executor.ac)"},
-        zero={0: "FSDP2 replicate (DDP) over DP x CP", 1: "fully_shard(reshard_after_forward=False), one reduction "
-              "per step", 2: "fully_shard(reshard_after_forward=False), reduce-scatter every micro-batch",
-              3: "fully_shard(reshard_after_forward=True); HSDP on (dp_replicate x cp, dp_shard)"},
+        zero={0: "FSDP2 replicate (DDP) over DP x CP", 1: "fully_shard(reshard_after_forward=False) over "
+              "dp_shard x cp, one reduction per step", 2: "fully_shard(reshard_after_forward=False) over "
+              "dp_shard x cp, reduce-scatter every micro-batch",
+              3: "fully_shard(reshard_after_forward=True) over dp_shard x cp; HSDP on (dp_replicate, dp_shard x cp)"},
         missing={}),
     "torchtitan": Features(
         recompute={"none": "--activation-checkpoint:none", "full": "--activation-checkpoint:full (FullAC: every block)",
                    "op": "--activation-checkpoint:selective (SelectiveAC: per-op, every second mm recomputed)"},
         zero={0: "DDP (data_parallel_replicate_degree = dp), only as the sole parallelism",
               2: "FSDP2 with fsdp_reshard_after_forward=never (weights gathered from forward to backward)",
-              3: "FSDP2 (HSDP with data_parallel_replicate_degree > 1)"},
+              3: "FSDP2 over the dp_shard_cp mesh (HSDP with data_parallel_replicate_degree > 1)"},
         missing={"zero=1": "TorchTitan has no ZeRO-1: FSDP2 always shards gradients too (ZeRO-2 is "
                            "fsdp_reshard_after_forward=never)",
                  "recompute=selective": "TorchTitan's selective AC keeps matmul outputs per op or recomputes every "

@@ -4,7 +4,7 @@ other knob: what lets the branch and bound in `exact.py` skip most of the space 
 Shape bound (tp, cp, pp, dp, ep), vectorised over all shapes, nothing but FLOPs and parameter counts:
   time   the busiest GPU does at least 1/W of the step's model FLOPs (no recompute) at the fastest rate any
          kernel reaches (the GEMM plateau or the fused attention kernel's efficiency, whichever is higher);
-  memory its model states with everything sharded (ZeRO-3 over all of DP, x CP for Megatron) plus the reserve.
+  memory its model states with everything sharded (ZeRO-3 over all of DP x CP) plus the reserve.
 
 Micro-batch bound (shape, micro_batch): the pipeline's own makespan, its stage-boundary transfers and the
 optimizer step. A rank's time is at least its layers' forward + backward compute (no recomputation, the faster of
@@ -54,9 +54,10 @@ import numpy as np
 from planner.cost import comm, compute, fixed_costs
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
+from planner.cost.dp_groups import dp_group_coeffs, replicate_coeffs
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
-from planner.cost.runtime import state_shard_ranks
+from planner.layout.expert_groups import state_shard_ranks
 from planner.layout.numeric import distinct_rows
 from planner.layout.schedules import SCHEDULES, by_code
 from planner.layout.table import SEARCHED_ORDERS, axis_strides
@@ -80,7 +81,7 @@ def shape_bounds(ctx: CostContext, tp, cp, pp, dp, ep) -> tuple[np.ndarray, np.n
     dense = sum(lt.dense_params * lt.count for lt in ctx.layer_types) + ctx.embedding_params + ctx.head_params
     expert = sum(lt.expert_params * lt.count for lt in ctx.layer_types)
     per_param = ctx.weight_bytes + ctx.grad_bytes + ctx.optimizer_bytes
-    shard = state_shard_ranks(ctx.workload, dp, cp)  # every state sharded over all of DP (x CP where the runtime does)
+    shard = state_shard_ranks(dp, cp)  # every state sharded over all of DP x CP
     mem_lb = (dense / (tp * pp * shard) + expert / (tp * pp * ep * shard)) * per_param + reserve_bytes(ctx)
     return time_lb, mem_lb
 
@@ -286,16 +287,12 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
     world = tp * cp * pp * dp
     view = AxisBandwidth(_bound_topology(ctx.topology))
 
-    def bandwidth_only(kind: str, size: np.ndarray, axis: str) -> tuple[np.ndarray, np.ndarray]:
-        _, per_byte = view.columns(kind, size, axis_strides(table, axis), world)
-        return np.zeros(len(tp)), per_byte
-
-    replicas = dp // shard
+    # Bandwidth only: the groups of `cost.dp_groups` over the capacity-only view, latencies dropped.
+    rs, ag, hsdp, ddp = ((np.zeros(len(tp)), b) for _, b in dp_group_coeffs(view, table, world))
+    ar = replicate_coeffs(hsdp, ddp, zero)
     params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
-    exposed = comm.dp_time_s(ctx, params, zero, table["m"], bandwidth_only("reduce_scatter", shard, "dp_shard"),
-                             bandwidth_only("all_gather", shard, "dp_shard"),
-                             bandwidth_only("all_reduce", replicas, "dp_replicate"), shard, endless, endless,
+    exposed = comm.dp_time_s(ctx, params, zero, table["m"], rs, ag, ar, state_shard_ranks(shard, cp), endless, endless,
                              np.full(len(tp), max(ctx.model.num_layers, 1)), pp, zero_bubble)
     return SAFETY * exposed
 

@@ -109,13 +109,13 @@ def test_optimizer_step_bytes_per_runtime() -> None:
         (local * 46 + 8e8 * (4 + 8)) / BW)
     assert fixed_costs.optimizer_step_s(ctx_for("megatron", dtype="fp16"), params, zero, shard, cp=ONE)[0] == pytest.approx(
         (local * 46 + 8e8 * (4 + 4)) / BW)
-    # the distributed optimizer updates 1/(dp x cp) of the parameters: cp2 halves the local part; eager PyTorch
-    # shards over dp_shard only
+    # the distributed optimizer updates 1/(dp x cp) of the parameters, as FSDP2 over dp_shard x cp does: cp2
+    # halves the local part
     cp2 = np.array([2])
     assert fixed_costs.optimizer_step_s(ctx_for("megatron"), params, zero, shard, cp=cp2)[0] == pytest.approx(
         (local / 2 * 46 + 8e8 * (4 + 8)) / BW)
     assert fixed_costs.optimizer_step_s(ctx_for("pytorch"), params, zero, shard, cp=cp2)[0] == pytest.approx(
-        local * 84 / BW)
+        local / 2 * 84 / BW)
 
 
 def test_fsdp_copy_out() -> None:

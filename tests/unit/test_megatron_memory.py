@@ -1,8 +1,9 @@
 """Megatron's model-state and logits memory, counted from Megatron-Core's code (runtime.py cites the lines).
 
-The distributed optimizer shards over the data-parallel x context-parallel ranks; the gradient buffer is fp32 for
-bf16 runs unless they reduce in bf16; the loss holds 16-bit logits plus one fp32 copy (6 B per logit). Eager
-PyTorch (meshplan run's FSDP2) shards over dp_shard only and keeps the 8 B per logit it is validated with.
+The distributed optimizer shards over the data-parallel x context-parallel ranks, as FSDP does for the PyTorch runtimes
+(meshplan run's FSDP2 over dp_shard x cp, TorchTitan's dp_shard_cp mesh); the gradient buffer is fp32 for bf16 runs
+unless they reduce in bf16; the loss holds 16-bit logits plus one fp32 copy (6 B per logit). Eager PyTorch keeps
+the 8 B per logit it is validated with.
 """
 
 from __future__ import annotations
@@ -46,35 +47,43 @@ def test_megatron_distributed_optimizer_shards_over_dp_times_cp(grad_reduce_dtyp
     assert stage.weights_bytes == pytest.approx(2 * params, rel=1e-12)
 
 
-def test_eager_pytorch_shards_over_dp_shard_only() -> None:
-    """meshplan run's FSDP2 mesh replicates over cp (HSDP on (dp_replicate x cp, dp_shard)): /4, not /8."""
+@pytest.mark.parametrize("runtime", ["pytorch", "pytorch-compile", "megatron"])
+def test_every_runtime_shards_states_over_dp_shard_times_cp(runtime) -> None:
+    """FSDP2 over dp_shard x cp (meshplan run, TorchTitan) and Megatron's dp x cp distributed optimizer alike:
+    the 8B recipe layout (DP4 x CP2, ZeRO-1) divides the optimizer state by 8."""
     layout = Layout(dp=4, cp=2, zero=1, dp_shard=4, micro_batch=1)
-    spec, stage = _stage("pytorch", layout)
-    assert stage.optimizer_bytes == pytest.approx(12 * _params(spec) / 4, rel=1e-12)
+    spec, stage = _stage(runtime, layout)
+    assert stage.optimizer_bytes == pytest.approx(12 * _params(spec) / 8, rel=1e-12)
 
 
-def test_megatron_cp_sharding_halves_the_8b_recipe_optimizer_state() -> None:
-    """The same layout without CP sharding would hold twice the optimizer state: the figure the brief's rough sum
-    used (24 GB for 8B at DP4) is 12 GB at DP4 x CP2."""
-    layout = Layout(dp=4, cp=2, zero=1, dp_shard=4, micro_batch=1)
-    _, megatron = _stage("megatron", layout)
-    _, eager = _stage("pytorch", layout)
-    assert megatron.optimizer_bytes == pytest.approx(eager.optimizer_bytes / 2, rel=1e-12)
-    assert megatron.optimizer_bytes == pytest.approx(12 * 8.03e9 / 8, rel=0.01)
+@pytest.mark.parametrize("runtime", ["pytorch", "megatron"])
+def test_cp2_halves_the_per_gpu_states_of_the_sharding_group(runtime) -> None:
+    """With the CP ranks in the sharding group, a cp2 plan holds half the optimizer state of the same dp_shard
+    without CP (what it held when the CP ranks replicated), and under ZeRO-3 half the weights and gradients too.
+    The 8B recipe: 12 GB of optimizer state at DP4 x CP2, not 24 GB."""
+    _, cp2 = _stage(runtime, Layout(dp=4, cp=2, zero=1, dp_shard=4, micro_batch=1))
+    _, cp1 = _stage(runtime, Layout(dp=4, cp=1, zero=1, dp_shard=4, micro_batch=1))
+    assert cp2.optimizer_bytes == pytest.approx(cp1.optimizer_bytes / 2, rel=1e-12)
+    if runtime == "pytorch":
+        assert cp2.optimizer_bytes == pytest.approx(12 * 8.03e9 / 8, rel=0.01)
+        _, z3cp2 = _stage(runtime, Layout(dp=4, cp=2, zero=3, dp_shard=4, micro_batch=1))
+        _, z3cp1 = _stage(runtime, Layout(dp=4, cp=1, zero=3, dp_shard=4, micro_batch=1))
+        for part in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+            assert getattr(z3cp2, part) == pytest.approx(getattr(z3cp1, part) / 2, rel=1e-12), part
 
 
-@pytest.mark.parametrize(("runtime", "ep", "expert_ranks"), [("megatron", 1, 8), ("megatron", 2, 4), ("pytorch", 1, 4)])
-def test_megatron_expert_states_shard_over_dp_times_cp_over_ep(runtime, ep, expert_ranks) -> None:
+@pytest.mark.parametrize(("runtime", "ep", "expert_ranks"),
+                         [("megatron", 1, 8), ("megatron", 2, 4), ("pytorch", 1, 8), ("pytorch", 2, 4)])
+def test_expert_states_shard_over_dp_times_cp_over_ep(runtime, ep, expert_ranks) -> None:
     """Megatron-Core's expert optimizer shards over the expert-data-parallel group with CP: dp x cp / ep ranks
-    (dp4 x cp2 / ep = 8 or 4); the dense states over dp x cp = 8. Eager PyTorch: the dp_shard ranks outside the
-    EP group (4), dense over dp_shard (4)."""
+    (dp4 x cp2 / ep = 8 or 4); FSDP2's expert mesh the dp_shard x cp ranks outside the EP group, the same count
+    (EP takes the CP ranks first); the dense states over dp x cp = 8."""
     layout = Layout(dp=4, cp=2, ep=ep, zero=1, dp_shard=4, micro_batch=1)
     spec, stage = _stage(runtime, layout, model="tiny-moe", seq_len=64)
     layers = range(spec.num_layers)
     dense = sum(spec.layer_dense_params(i) for i in layers) + spec.embedding_params() + spec.output_params()
     experts = sum(spec.layer_expert_params(i) for i in layers)
-    dense_ranks = 8 if runtime == "megatron" else 4
-    expected = 12 * (dense / dense_ranks + experts / ep / expert_ranks)
+    expected = 12 * (dense / 8 + experts / ep / expert_ranks)
     assert stage.optimizer_bytes == pytest.approx(expected, rel=1e-12)
 
 
