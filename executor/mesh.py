@@ -5,19 +5,19 @@ planner's `Layout.rank_coords` and placement assume. From it:
 
   dp           = (dp_replicate, dp_shard) flattened: data sharding and loss averaging
   fsdp         = the mesh FSDP/replicate reduce gradients over. CP ranks hold the same weights as DP ranks,
-                 so CP joins the gradient group. ZeRO >= 1 shards over `dp_shard` only, the plan's sharding
-                 group (the planner's memory model divides by dp_shard), and replicates across
-                 dp_replicate x cp: a 2-D HSDP mesh (replicate, shard) whenever that product is > 1.
-                 ZeRO-0 replicates over (dp_replicate, dp_shard, cp) flattened.
+                 so CP joins the gradient group. ZeRO >= 1 shards over dp_shard x cp flattened, the planner's
+                 sharding group (planner.layout.expert_groups.state_shard_ranks; TorchTitan's dp_shard_cp
+                 mesh), and replicates across dp_replicate: a 2-D HSDP mesh (replicate, shard) when
+                 dp_replicate > 1. ZeRO-0 replicates over (dp_replicate, dp_shard, cp) flattened.
   tp, cp, pp   = 1-D slices.
   ep           = expert parallelism (ep > 1): the `ep` consecutive ranks of the data block
                  dp_replicate x dp_shard x cp (planner.layout.expert_groups). To slice it, each data axis X is
                  built as two mesh dims, X_mod_ep (outer) and X_in_ep (inner: the ranks of X inside one EP
                  group), whose row-major product is X, so the rank layout is exactly the plan's.
   expert_dp    = the mesh the experts' gradients are reduced over: the data ranks outside the EP group,
-                 treated as the dense weights are treated: ZeRO >= 1 shards over dp_shard_mod_ep and
-                 replicates across (dp_replicate_mod_ep, cp_mod_ep) (HSDP when that is > 1); ZeRO-0
-                 replicates over all three.
+                 treated as the dense weights are treated: ZeRO >= 1 shards over (dp_shard_mod_ep, cp_mod_ep)
+                 flattened (planner.layout.expert_groups.expert_shard_size) and replicates across
+                 dp_replicate_mod_ep (HSDP when that is > 1); ZeRO-0 replicates over all three.
 
 Flattening is needed only where two axes are both > 1 (a size-1 axis adds nothing), which keeps the number of
 process groups created small. After building, `check` compares every submesh size with the layout.
@@ -27,10 +27,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from planner.layout import Layout
-from planner.layout.expert_groups import DATA_AXES, layout_ep_parts
+from planner.layout.expert_groups import (
+    DATA_AXES,
+    SHARD_AXES,
+    data_axes_inner_first,
+    expert_shard_size,
+    layout_ep_parts,
+    state_shard_ranks,
+)
 
 
 @dataclass(kw_only=True)
@@ -114,31 +122,34 @@ def build_meshes(layout: Layout, device_type: str) -> Meshes:
         return [d for a in axes for d in members[a]]
 
     dp = _combine(world, of("dp_replicate", "dp_shard"), "dp")
-    shard = _combine(world, of("dp_shard"), "dp_shard")
     if layout.zero == 0:
         # ZeRO-0 replicates over every DP x CP rank.
-        fsdp = _combine(world, of("dp_replicate", "dp_shard", "cp"), "dp_cp")
-    elif layout.dp_replicate * layout.cp > 1:
-        # Shard inside dp_shard, replicate across dp_replicate x cp: HSDP (also when the shard group is 1).
-        fsdp = _hsdp_mesh(_combine(world, of("dp_replicate", "cp"), "dp_replicate_cp"), shard)
+        fsdp = _combine(world, of(*DATA_AXES), "dp_cp")
     else:
-        fsdp = shard
+        # Shard over dp_shard x cp, replicate across dp_replicate: HSDP (also when the shard group is 1).
+        fsdp = _fsdp_mesh(world, of("dp_replicate"), of(*SHARD_AXES), "dp_shard_cp")
     ep = expert_dp = None
     if layout.ep > 1:
         ep = _combine(world, [f"{a}_in_ep" for a in DATA_AXES], "ep")
-        outside = [f"{a}_mod_ep" for a in DATA_AXES]
         if layout.zero == 0:
-            expert_dp = _combine(world, outside, "expert_dp")
+            expert_dp = _combine(world, [f"{a}_mod_ep" for a in DATA_AXES], "expert_dp")
         else:
-            expert_shard = world["dp_shard_mod_ep"]
-            replicate = _combine(world, ["dp_replicate_mod_ep", "cp_mod_ep"], "expert_replicate")
-            expert_dp = _hsdp_mesh(replicate, expert_shard) if replicate.size() > 1 else expert_shard
+            expert_dp = _fsdp_mesh(world, ["dp_replicate_mod_ep"], [f"{a}_mod_ep" for a in SHARD_AXES],
+                                   "expert_shard")
     meshes = Meshes(
         world=world, pp=world["pp"], tp=world["tp"], cp=_combine(world, of("cp"), "cp"), dp=dp, fsdp=fsdp,
         layout=layout, ep=ep, expert_dp=expert_dp,
     )
     check(meshes)
     return meshes
+
+
+def _fsdp_mesh(world: DeviceMesh, replicate_dims: list[str], shard_dims: list[str], shard_name: str) -> DeviceMesh:
+    """The 1-D shard mesh over `shard_dims`, or the 2-D (replicate, shard) HSDP mesh when the replicate dims
+    have more than one rank."""
+    shard = _combine(world, shard_dims, shard_name)
+    replicate = _combine(world, replicate_dims, f"{shard_name}_replicate")
+    return _hsdp_mesh(replicate, shard) if replicate.size() > 1 else shard
 
 
 def _hsdp_mesh(replicate: DeviceMesh, shard: DeviceMesh) -> DeviceMesh:
@@ -161,8 +172,26 @@ def check(meshes: Meshes) -> None:
         assert got == size, f"{name} mesh has {got} ranks, layout says {size}"
     fsdp_ranks = meshes.fsdp.size()
     assert fsdp_ranks == lay.dp * lay.cp, f"gradient mesh has {fsdp_ranks} ranks, expected dp*cp={lay.dp * lay.cp}"
+    if lay.zero >= 1:
+        got = shard_ranks(meshes.fsdp)
+        want = state_shard_ranks(lay.dp_shard, lay.cp)
+        assert got == want, f"FSDP shards over {got} ranks, the planner over dp_shard*cp={want}"
     if lay.ep > 1:
         assert meshes.ep is not None and meshes.expert_dp is not None
         assert meshes.ep.size() == lay.ep, f"ep mesh has {meshes.ep.size()} ranks, layout says {lay.ep}"
         edp = meshes.expert_dp.size()
         assert edp * lay.ep == lay.dp * lay.cp, f"expert gradient mesh has {edp} ranks, expected dp*cp/ep"
+        if lay.zero >= 1:
+            got, want = shard_ranks(meshes.expert_dp), planner_expert_shard(lay)
+            assert got == want, f"experts shard over {got} ranks, the planner over {want}"
+
+
+def shard_ranks(mesh: DeviceMesh) -> int:
+    """Ranks FSDP shards over on a gradient mesh: its last dim (the shard dim of a 2-D HSDP mesh)."""
+    return int(mesh.size(mesh.ndim - 1))
+
+
+def planner_expert_shard(layout: Layout) -> int:
+    """Ranks the planner shards `layout`'s routed-expert states over (cost.evaluate.expert_shard's rule)."""
+    sizes = {a: np.array([n]) for a, n in layout.axis_sizes().items() if a in DATA_AXES}
+    return int(expert_shard_size(np.array([layout.ep]), sizes, data_axes_inner_first(layout.mesh_axes))[0])
