@@ -29,8 +29,10 @@ compute per layer (compute.recompute_time_s, the faster of SP on or off): exact.
 Row bound before evaluation (`dp_bound_s`): once a row's ZeRO stage, sharding group and mesh order are known,
 its exposed DP/FSDP time has a lower bound from the one DP formula (comm.dp_time_s) for a rank with 1/pp of the
 parameters (the busiest holds at least as many), overlap windows without limit, the smallest first-bucket
-share and its groups at their capacity-only bandwidth without latency (each only lowers the exposure; what
-cannot hide, such as PyTorch's step reduction after a pipeline's last backward, stays). Added to the row's
+share and its groups at their capacity-only cost (each only lowers the exposure; what cannot hide, such as
+PyTorch's step reduction after a pipeline's last backward, stays). With unbounded windows a rank's exposure is
+linear in its parameters and in its FSDP units (layers + 1, each paying the group's latency once), so the
+busiest rank's is at least the mean rank's: 1/pp of the parameters and L / pp + 1 units. Added to the row's
 (shape, micro-batch) bound, which leaves DP out, it lets exact.py skip rows before evaluating them; so does a
 row whose model states alone (`state_memory_bound_bytes`: its ZeRO stage and sharding group, 1/pp of the
 parameters) exceed the GPU. Both are known before the row's schedule and mesh order are: `dp_option_bound_s`,
@@ -262,9 +264,9 @@ def _pipeline_bound_s(ctx: CostContext, pins: Pins, limits: SearchLimits, m, pp,
 
 def dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
     """Per row of a search table, a lower bound of its exposed DP/FSDP time (module docstring): the one DP
-    formula, `cost.comm.dp_time_s`, for a rank holding 1/pp of the parameters (the busiest holds at least as
-    many) with unbounded overlap windows, the smallest first-bucket share (1/num_layers) and the row's own
-    groups at their capacity-only bandwidth without latency; every one of those only lowers the exposure."""
+    formula, `cost.comm.dp_time_s`, for the mean pipeline rank (1/pp of the parameters, L / pp + 1 FSDP units;
+    the busiest rank's exposure is at least that) with unbounded overlap windows, the smallest first-bucket
+    share (1/num_layers) and the row's own groups at their capacity-only cost; each only lowers the exposure."""
     return _dp_bound_s(ctx, table, by_code(table["sched"], lambda s: s.splits_backward).astype(bool))
 
 
@@ -287,13 +289,17 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
     world = tp * cp * pp * dp
     view = AxisBandwidth(_bound_topology(ctx.topology))
 
-    # Bandwidth only: the groups of `cost.dp_groups` over the capacity-only view, latencies dropped.
-    rs, ag, hsdp, ddp = ((np.zeros(len(tp)), b) for _, b in dp_group_coeffs(view, table, world))
+    # The groups of `cost.dp_groups` over the capacity-only view. `dp_time_s` pays a group's latency once per
+    # unit, layers + 1 of them; it is called with all L layers (for the smallest first-bucket share), so the
+    # latencies are scaled to the mean rank's L / pp + 1 units (module docstring).
+    layers = max(ctx.model.num_layers, 1)
+    per_unit = (ctx.model.num_layers / pp + 1.0) / (layers + 1.0)
+    rs, ag, hsdp, ddp = ((a * per_unit, b) for a, b in dp_group_coeffs(view, table, world))
     ar = replicate_coeffs(hsdp, ddp, zero)
     params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
     exposed = comm.dp_time_s(ctx, params, zero, table["m"], rs, ag, ar, state_shard_ranks(shard, cp), endless, endless,
-                             np.full(len(tp), max(ctx.model.num_layers, 1)), pp, zero_bubble)
+                             np.full(len(tp), layers), pp, zero_bubble)
     return SAFETY * exposed
 
 

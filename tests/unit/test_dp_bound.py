@@ -1,0 +1,66 @@
+"""`bounds.dp_bound_s` never exceeds a layout's exposed DP/FSDP time, latencies included.
+
+The row bound prices each group's per-call latency at the mean pipeline rank's unit count (L / pp + 1), not at
+the L + 1 units of the call it is computed with: every rank's exposure is linear in its units and parameters once
+the overlap windows are unbounded, so the busiest rank's is at least the mean rank's. Checked here against every
+layout of brute-force spaces (dense, MoE, hetero, CPU, every runtime, the pins of test_search_bounds), and on a
+layout family where the latency matters (FSDP over dp_shard x cp on 256 H100s) the bound must stay below and
+must not be the bandwidth-only bound it used to be.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+
+import hardware_profiles
+from planner.api import make_context
+from planner.cost.comm import AxisBandwidth
+from planner.cost.evaluate import evaluate_table
+from planner.layout import Workload
+from planner.model import preset
+from planner.solver import bounds
+from planner.solver.bounds import dp_bound_s
+from planner.solver.exact import brute_force
+from planner.solver.space import Pins, SearchLimits
+from tests.unit.test_search_bounds import setups
+
+
+@settings(max_examples=40, deadline=None)
+@given(setups())
+def test_dp_bound_is_below_every_layouts_dp_time(setup) -> None:
+    model, cluster, workload, flash, pin_values = setup
+    ctx = make_context(model, cluster, workload, flash_attention=flash)
+    table, res = brute_force(ctx, Pins(dict(pin_values)), SearchLimits(max_micro_batch=8), include_dominated=False)
+    if len(table["dp"]):
+        assert np.all(dp_bound_s(ctx, table) <= res.dp_comm_s * (1 + 1e-12)), "the DP bound exceeds a layout's DP time"
+
+
+def _fsdp_over_cp_table(ctx) -> dict[str, np.ndarray]:
+    """ZeRO-3 layouts of Llama 3 70B on 256 H100s sharding over dp_shard x cp, pp 1..16, both searched orders."""
+    rows = []
+    for pp in (1, 2, 4, 8, 16):
+        for cp in (1, 2, 4, 8):
+            dp = 256 // (8 * pp * cp)
+            if dp < 1:
+                continue
+            for order in (0, 1):
+                sched = 1  # 1F1B (no zero-bubble chunk units)
+                rows.append(dict(dp=dp, tp=8, pp=pp, cp=cp, ep=1, mb=1, m=64 // dp, sched=sched, v=1, zero=3,
+                                 dp_shard=dp, rc=0, sp=1, order=order))
+    return {k: np.array([r[k] for r in rows], dtype=np.int64) for k in rows[0]}
+
+
+def test_dp_bound_counts_latency_on_large_sharding_groups(monkeypatch) -> None:
+    cluster = hardware_profiles.cluster("dgx-h100", gpus=256)
+    ctx = make_context(preset("llama3-70b"), cluster, Workload(global_batch=64, seq_len=8192), flash_attention=True)
+    table = _fsdp_over_cp_table(ctx)
+    exact = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
+    bound = dp_bound_s(ctx, table)
+    assert np.all(bound <= exact.dp_comm_s), "the DP bound exceeds a layout's DP time"
+    # The bandwidth-only bound (latencies dropped) is strictly lower wherever a sharding group exists.
+    real = bounds.dp_group_coeffs
+    monkeypatch.setattr(bounds, "dp_group_coeffs", lambda *a, **k: tuple((np.zeros_like(x), y) for x, y in real(*a, **k)))
+    bandwidth_only = dp_bound_s(ctx, table)
+    assert np.all(bandwidth_only <= bound)
+    assert np.all(bandwidth_only[table["dp"] * table["cp"] > 1] < bound[table["dp"] * table["cp"] > 1])
