@@ -284,9 +284,8 @@ def dp_option_bound_s(ctx: CostContext, options: dict[str, np.ndarray], orders: 
 
 def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.ndarray) -> np.ndarray:
     """`dp_bound_s` with the schedule's only part in it, whether it splits the backward pass, given per row."""
-    tp, pp, dp, cp, ep = (table[k] for k in ("tp", "pp", "dp", "cp", "ep"))
+    tp, pp, cp, ep = (table[k] for k in ("tp", "pp", "cp", "ep"))
     zero, shard = table["zero"], table["dp_shard"]
-    world = tp * cp * pp * dp
     view = AxisBandwidth(_bound_topology(ctx.topology))
 
     # The groups of `cost.dp_groups` over the capacity-only view. `dp_time_s` pays a group's latency once per
@@ -294,13 +293,37 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
     # latencies are scaled to the mean rank's L / pp + 1 units (module docstring).
     layers = max(ctx.model.num_layers, 1)
     per_unit = (ctx.model.num_layers / pp + 1.0) / (layers + 1.0)
-    rs, ag, hsdp, ddp = ((a * per_unit, b) for a, b in dp_group_coeffs(view, table, world))
+    coeffs = _bound_group_coeffs(view, table)
+    rs, ag, hsdp, ddp = ((coeffs[:, 2 * i] * per_unit, coeffs[:, 2 * i + 1]) for i in range(4))
     ar = replicate_coeffs(hsdp, ddp, zero)
     params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
     exposed = comm.dp_time_s(ctx, params, zero, table["m"], rs, ag, ar, state_shard_ranks(shard, cp), endless, endless,
                              np.full(len(tp), layers), pp, zero_bubble)
     return SAFETY * exposed
+
+
+_GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what a row's DP groups depend on (`dp_groups`)
+
+
+def _bound_group_coeffs(view: AxisBandwidth, table: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row, `dp_group_coeffs` over the capacity-only view as 8 columns (a, b of the reduce-scatter,
+    all-gather, HSDP and DDP all-reduces). A row's groups depend on `_GROUP_COLUMNS` only, so they are costed
+    once per distinct combination and kept on the view (one per topology) for later calls and searches: the
+    same numbers, element for element, as one call over every row."""
+    known: dict[tuple[int, ...], np.ndarray] = view.topology.group_coeffs
+    if not len(table["tp"]):
+        return np.zeros((0, 8))
+    first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
+    keys = list(zip(*(table[k][first].tolist() for k in _GROUP_COLUMNS)))
+    new = [i for i, key in enumerate(keys) if key not in known]
+    if new:
+        groups = {k: table[k][first[new]] for k in _GROUP_COLUMNS}
+        world = groups["tp"] * groups["cp"] * groups["pp"] * groups["dp"]
+        values = np.column_stack([c for pair in dp_group_coeffs(view, groups, world) for c in pair])
+        for i, row in zip(new, values):
+            known[keys[i]] = row
+    return np.stack([known[key] for key in keys])[inverse]
 
 
 def state_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
@@ -336,6 +359,7 @@ class _OptimisticTopology:
         # Capacity-only answers depend on the group's size and stride alone, not on the ranks in use
         # (planner.topology.optimistic), so `AxisBandwidth` asks once per pattern.
         self.answers_ignore_world = not exact
+        self.group_coeffs: dict[tuple[int, ...], np.ndarray] = {}  # `_bound_group_coeffs`'s, per distinct groups
 
     def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
         return getattr(self.topology, name)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 import hardware_profiles
 from planner.api import make_context
 from planner.cost.comm import AxisBandwidth
+from planner.cost.dp_groups import dp_group_coeffs
 from planner.cost.evaluate import evaluate_table
 from planner.layout import Workload
 from planner.model import preset
@@ -58,9 +59,15 @@ def test_dp_bound_counts_latency_on_large_sharding_groups(monkeypatch) -> None:
     exact = evaluate_table(ctx, table, AxisBandwidth(ctx.topology))
     bound = dp_bound_s(ctx, table)
     assert np.all(bound <= exact.dp_comm_s), "the DP bound exceeds a layout's DP time"
+    # The per-combination cache gives, row for row, what one call over every row gives (twice: filled, then read).
+    view = AxisBandwidth(bounds._bound_topology(ctx.topology))
+    world = table["tp"] * table["cp"] * table["pp"] * table["dp"]
+    direct = np.column_stack([c for pair in dp_group_coeffs(view, table, world) for c in pair])
+    for _ in range(2):
+        np.testing.assert_array_equal(bounds._bound_group_coeffs(view, table), direct)
     # The bandwidth-only bound (latencies dropped) is strictly lower wherever a sharding group exists.
-    real = bounds.dp_group_coeffs
-    monkeypatch.setattr(bounds, "dp_group_coeffs", lambda *a, **k: tuple((np.zeros_like(x), y) for x, y in real(*a, **k)))
+    real, latency = bounds._bound_group_coeffs, np.arange(8) % 2 == 0  # columns a, b of 4 collectives
+    monkeypatch.setattr(bounds, "_bound_group_coeffs", lambda view, t: np.where(latency, 0.0, real(view, t)))
     bandwidth_only = dp_bound_s(ctx, table)
     assert np.all(bandwidth_only <= bound)
     assert np.all(bandwidth_only[table["dp"] * table["cp"] > 1] < bound[table["dp"] * table["cp"] > 1])
