@@ -60,6 +60,7 @@ class _Store:
         self.scalar: dict[tuple, tuple[float, float, str]] = {}
         self.measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
         self.columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.group_coeffs: dict[tuple[int, ...], np.ndarray] = {}  # `dp_groups.dp_group_coeffs`'s, per distinct key
         self.disk = None
         if type(topology) is Topology:  # not the search's optimistic views, whose answers differ
             from planner.cost import comm_cache
@@ -84,6 +85,7 @@ class AxisBandwidth:
         self._store = store
         self._cache = store.scalar
         self._measured = store.measured
+        self.group_coeffs = store.group_coeffs  # the DP groups' coefficients over this topology (`cost.dp_groups`)
         # A capacity-only view answers the same for every world of a group pattern (size, stride); measured
         # collectives (which check whether the groups lie in one host) may not.
         self._world_free = bool(getattr(topology, "answers_ignore_world", False)) and not self._measured.any

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layout.expert_groups import DATA_AXES, SHARD_AXES
+from planner.layout.numeric import distinct_rows
 from planner.layout.table import MESH_ORDERS, axis_sizes, mesh_strides
 
 
@@ -38,8 +39,38 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
     """(reduce-scatter, all-gather) coefficient columns over the sharding group dp_shard x cp, the all-reduce
     over HSDP's replicate group dp_replicate and the all-reduce over DDP's dp_replicate x dp_shard x cp (module
     docstring; `replicate_coeffs` picks between the last two by ZeRO stage). `groups`: the table's
-    `axis_groups`, where the caller has them."""
+    `axis_groups`, where the caller has them.
+
+    Why cached: a search asks this for thousands of rows over a few dozen distinct groups, every call. A row's
+    groups follow from `_GROUP_COLUMNS` (`axis_groups`) and its `world`, and its coefficients are per-row
+    arithmetic on `bw.columns`, so each distinct key is costed once and kept in `bw.group_coeffs` (one dict per
+    topology for `comm.AxisBandwidth`; a bandwidth object without one gets a dict for this call): the same
+    numbers, element for element, as costing every row.
+    """
     groups = axis_groups(table) if groups is None else groups
+    world = np.asarray(world, dtype=np.int64)
+    known: dict[tuple[int, ...], np.ndarray] = getattr(bw, "group_coeffs", None)
+    known = {} if known is None else known
+    first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
+    if not np.array_equal(world[first][inverse], world):  # a world the columns do not fix joins the key
+        first, inverse = distinct_rows(inverse, world)
+    keys = list(zip(*(np.asarray(table[k])[first].tolist() for k in _GROUP_COLUMNS), world[first].tolist()))
+    new = [i for i, key in enumerate(keys) if key not in known]
+    if new:
+        rows = first[new]
+        picked = {axis: (size[rows], stride[rows]) for axis, (size, stride) in groups.items()}
+        values = np.column_stack([c for pair in _dp_group_columns(bw, picked, world[rows]) for c in pair])
+        for i, row in zip(new, values):
+            known[keys[i]] = row
+    values = np.stack([known[key] for key in keys])[inverse] if keys else np.zeros((0, 8))
+    return tuple((values[:, 2 * i], values[:, 2 * i + 1]) for i in range(4))
+
+
+_GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what fixes a row's `axis_groups`
+
+
+def _dp_group_columns(bw, groups: dict[str, tuple[np.ndarray, np.ndarray]], world: np.ndarray):
+    """`dp_group_coeffs` costed row by row, uncached."""
     return (group_coeffs(bw, "reduce_scatter", groups, SHARD_AXES, world),
             group_coeffs(bw, "all_gather", groups, SHARD_AXES, world),
             group_coeffs(bw, "all_reduce", groups, ("dp_replicate",), world),
