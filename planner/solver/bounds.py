@@ -360,6 +360,7 @@ class _OptimisticTopology:
         # (planner.topology.optimistic), so `AxisBandwidth` asks once per pattern.
         self.answers_ignore_world = not exact
         self.group_coeffs: dict[tuple[int, ...], np.ndarray] = {}  # `_bound_group_coeffs`'s, per distinct groups
+        self.optimistic_groups: dict[bytes, dict] = {}  # `_OptimisticBandwidth.group_coeffs`, per set of exact pairs
 
     def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
         return getattr(self.topology, name)
@@ -391,6 +392,9 @@ class _OptimisticBandwidth:
         self.exact, self.bound = AxisBandwidth(topology), AxisBandwidth(_bound_topology(topology))
         self.exact_pairs = exact_pairs  # sorted packed (size << 21) | stride
         self.num_gpus = self.exact.num_gpus
+        # `cost.dp_groups`' coefficients: they depend on which pairs are exact, so one dict per set of them, kept
+        # on the per-topology view for later searches
+        self.group_coeffs = _bound_topology(topology).optimistic_groups.setdefault(exact_pairs.tobytes(), {})
 
     def columns(self, kind: str, size, stride, world) -> tuple[np.ndarray, np.ndarray]:
         if kind == "all_to_all":
