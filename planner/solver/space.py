@@ -30,6 +30,7 @@ from planner.errors import UserError
 from planner.layout import choices, rules
 from planner.layout.choices import SET_PINS, divisors
 from planner.layout.layout import KNOBS
+from planner.layout.numeric import distinct_rows
 from planner.layout.rules import DEFAULT_FRAMEWORK, Facts, Tally
 from planner.layout.table import MESH_ORDERS, NUM_SEARCHED_ORDERS, RECOMPUTE_NAMES, RecomputeCode
 
@@ -206,14 +207,15 @@ def expand_pairs(space: Space, shapes: tuple[np.ndarray, ...], mb: np.ndarray, *
         col = np.array(rcs, dtype=np.int64)
         rcs = col[choices.keep({"rc": col}, facts, pins.values, space.framework, space.tally, "recompute")].tolist()
     # Schedules per distinct (pp, m); ZeRO options per distinct dp.
-    sched_keys, sched_inv = np.unique(np.stack([pp, m]), axis=1, return_inverse=True)
+    sched_first, sched_inv = distinct_rows(pp, m)  # one packed sort, not np.unique's row-wise one
+    sched_keys = np.stack([pp[sched_first], m[sched_first]])
     sched_opts, n_sched = _padded(choices.schedule_options(
         sched_keys[0], sched_keys[1], facts, pins.values, space.framework, limits.max_virtual_stages,
         limits.prune_dominated, space.tally), 2)
-    dp_keys, dp_inv = np.unique(np.stack([dp, np.minimum(pp, 2)]), axis=1, return_inverse=True)
+    dp_first, dp_inv = distinct_rows(dp, np.minimum(pp, 2))
+    dp_keys = np.stack([dp[dp_first], np.minimum(pp, 2)[dp_first]])
     zero_opts, n_zero = _padded(choices.zero_options(dp_keys[0], dp_keys[1], facts, pins.values, space.framework,
                                                      limits.prune_dominated, space.tally), 2)
-    sched_inv, dp_inv = sched_inv.reshape(-1), dp_inv.reshape(-1)
     zero_opts, n_zero = zero_opts[dp_inv], n_zero[dp_inv]  # per input row
     if zero_filter is not None and len(tp):
         zero_opts, n_zero = _kept_options(zero_opts, n_zero, zero_filter)
