@@ -214,9 +214,10 @@ def test_refine_keeps_the_mean_split_and_names_ranks_when_nothing_fits(monkeypat
     import planner.solver.refine as refine_mod
     from planner.api import _mean_rank_layers, search_result
 
-    # pp pinned: refinement needs a pipeline (the unpinned pick of this model may have none)
+    # pp pinned: refinement needs a pipeline (the unpinned pick of this model may have none). 8 ranks: proving
+    # that no split fits and naming the conflicting ranks takes CP-SAT 0.3 s here against 11 s over 32 ranks.
     ctx, result = search_result(preset("deepseek-v3"), hardware_profiles.cluster("dgx-h100", nodes=32),
-                                Workload(global_batch_tokens=4 * 2**20, seq_len=4096), top=1, pp=32)
+                                Workload(global_batch_tokens=4 * 2**20, seq_len=4096), top=1, pp=8)
     row = {k: int(v[0]) for k, v in result.table.items()}
     mean = _mean_rank_layers(ctx, row)
     real = refine_mod.rank_costs
