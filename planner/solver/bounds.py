@@ -303,27 +303,14 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
     return SAFETY * exposed
 
 
-_GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what a row's DP groups depend on (`dp_groups`)
-
-
 def _bound_group_coeffs(view: AxisBandwidth, table: dict[str, np.ndarray]) -> np.ndarray:
     """Per row, `dp_group_coeffs` over the capacity-only view as 8 columns (a, b of the reduce-scatter,
-    all-gather, HSDP and DDP all-reduces). A row's groups depend on `_GROUP_COLUMNS` only, so they are costed
-    once per distinct combination and kept on the view (one per topology) for later calls and searches: the
-    same numbers, element for element, as one call over every row."""
-    known: dict[tuple[int, ...], np.ndarray] = view.topology.group_coeffs
+    all-gather, HSDP and DDP all-reduces). The view's bandwidth store lives as long as the topology
+    (`_bound_topology`), so `dp_group_coeffs` costs each distinct group once across calls and searches."""
     if not len(table["tp"]):
         return np.zeros((0, 8))
-    first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
-    keys = list(zip(*(table[k][first].tolist() for k in _GROUP_COLUMNS)))
-    new = [i for i, key in enumerate(keys) if key not in known]
-    if new:
-        groups = {k: table[k][first[new]] for k in _GROUP_COLUMNS}
-        world = groups["tp"] * groups["cp"] * groups["pp"] * groups["dp"]
-        values = np.column_stack([c for pair in dp_group_coeffs(view, groups, world) for c in pair])
-        for i, row in zip(new, values):
-            known[keys[i]] = row
-    return np.stack([known[key] for key in keys])[inverse]
+    world = table["tp"] * table["cp"] * table["pp"] * table["dp"]
+    return np.column_stack([c for pair in dp_group_coeffs(view, table, world) for c in pair])
 
 
 def state_memory_bound_bytes(ctx: CostContext, table: dict[str, np.ndarray]) -> np.ndarray:
@@ -359,7 +346,6 @@ class _OptimisticTopology:
         # Capacity-only answers depend on the group's size and stride alone, not on the ranks in use
         # (planner.topology.optimistic), so `AxisBandwidth` asks once per pattern.
         self.answers_ignore_world = not exact
-        self.group_coeffs: dict[tuple[int, ...], np.ndarray] = {}  # `_bound_group_coeffs`'s, per distinct groups
         self.optimistic_groups: dict[bytes, dict] = {}  # `_OptimisticBandwidth.group_coeffs`, per set of exact pairs
 
     def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
