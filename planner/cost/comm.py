@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from functools import cache
 
 import numpy as np
 
@@ -450,21 +451,39 @@ def dp_time_s(
     def hidden(comm, window):
         return interference.exposed_s(comm, window, bucket, factor)
 
+    # Each stage's exposure is computed only where some row runs it (a search table seldom holds all four, and
+    # ZeRO-2 is pruned under PP); the parts several stages share are computed once (`functools.cache`). Every formula is
+    # element-wise, so a row's value is the same whichever others are computed beside it.
+    zero = np.asarray(zero)
+    staged = {s: zero == s for s in range(4)}
+    piped_b = np.broadcast_to(piped, np.broadcast_shapes(np.shape(piped), zero.shape))
+    chunk_b = np.broadcast_to(chunk_unit, piped_b.shape)
+    needs = {"z0": staged[0].any(), "z2": (staged[2] & ~piped_b).any(), "z3": (staged[3] & ~piped_b).any(),
+             "z3_piped": (staged[3] & piped_b & ~chunk_b).any()}
+    needs["z1"] = bool(staged[1].any() or (staged[2] & piped_b).any() or (staged[3] & chunk_b).any())
+    gather_fwd, reduce_bwd = cache(lambda: hidden(ag, window_fwd_s)), cache(lambda: hidden(ar_rep, window_bwd_s))
     # The once-per-step gradient reduction: behind the last backward, except after a PyTorch pipeline schedule.
     step_grad_window = np.where(piped & rc.reduce_after_last_backward_under_pp, 0.0, window_bwd_s)
     # ZeRO-1/2 weight gathers per step: one, or one per micro-batch where FSDP2 reshards after every backward.
     gathers12 = np.where(rc.regather_after_backward & ~piped, mf, 1.0)
-    z0 = hidden(ar_rep, step_grad_window)
-    # DeepSpeed's BF16_Optimizer all-reduces the whole gradient under ZeRO-1: a ring all-reduce is the
-    # reduce-scatter plus an all-gather of the same bytes (`Workload.zero1_grad_allreduce`).
-    grad_rs = rs + affine_calls(shard_ag, grad_b, units) if ctx.workload.zero1_grad_allreduce else rs
-    z1 = hidden(grad_rs + ar_rep, step_grad_window) + gathers12 * hidden(ag, window_fwd_s)
-    z2 = mf * hidden(rs, window_bwd_s) + hidden(ar_rep, window_bwd_s) + gathers12 * hidden(ag, window_fwd_s)
-    z3 = mf * (hidden(ag, window_fwd_s) + hidden(ag + rs, window_bwd_s)) + hidden(ar_rep, window_bwd_s)
-    z3_piped = hidden(ag, window_fwd_s) + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)
+    z0 = z1 = z2 = z3 = z3_piped = 0.0  # a stage no row runs: never selected
+    if needs["z0"]:
+        z0 = hidden(ar_rep, step_grad_window)
+    if needs["z1"]:
+        # DeepSpeed's BF16_Optimizer all-reduces the whole gradient under ZeRO-1: a ring all-reduce is the
+        # reduce-scatter plus an all-gather of the same bytes (`Workload.zero1_grad_allreduce`).
+        grad_rs = rs + affine_calls(shard_ag, grad_b, units) if ctx.workload.zero1_grad_allreduce else rs
+        z1 = hidden(grad_rs + ar_rep, step_grad_window) + gathers12 * gather_fwd()
+    if needs["z2"]:
+        z2 = mf * hidden(rs, window_bwd_s) + reduce_bwd() + gathers12 * gather_fwd()
+    if needs["z3"]:
+        z3 = mf * (gather_fwd() + hidden(ag + rs, window_bwd_s)) + reduce_bwd()
+    if needs["z3_piped"]:
+        z3_piped = gather_fwd() + mf * hidden(ag, window_bwd_s) + hidden(rs + ar_rep, step_grad_window)
     z2 = np.where(piped, z1, z2)
     z3 = np.where(piped, np.where(chunk_unit, z1, z3_piped), z3)
     gathers = first_match([zero == 0, zero <= 2, piped & chunk_unit, piped], [0.0, np.where(piped, 1.0, gathers12), 1.0,
                                                                           1.0 + mf], 2.0 * mf)
     copies = fixed_costs.fsdp_copy_s(ctx, params, gathers)
-    return first_match([zero == 0, zero == 1, zero == 2], [z0, z1, z2], z3) + copies
+    return first_match([staged[0], staged[1], staged[2]], [z0, z1, z2], z3) + copies
+

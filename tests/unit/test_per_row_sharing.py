@@ -5,7 +5,8 @@ per-row computation gives:
   `LAYER_COLUMNS` and indexed back, equal those computed over every row (dense, MoE with ep > 1, both mesh
   orders, exact and optimistic bandwidth);
 - `comm.dp_time_s` and `fixed_costs.optimizer_step_s` over all rank columns at once (per-row columns as
-  (rows, 1)) equal one call per rank column;
+  (rows, 1)) equal one call per rank column, and `dp_time_s`, which computes only the ZeRO stages its rows run,
+  gives each (stage, pipelined, zero-bubble) group alone what it gives that group beside the others;
 - the rules' schedule-flag lookup equals `np.isin` over the registry's codes.
 """
 
@@ -20,6 +21,7 @@ import hardware_profiles
 from planner.api import make_context
 from planner.cost import comm, fixed_costs
 from planner.cost.comm import AxisBandwidth
+from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.evaluate import (
     LAYER_COLUMNS,
     LayerCosts,
@@ -146,3 +148,37 @@ def test_distinct_rows_with_zeros_rebuild_every_row() -> None:
     assert len(first) == len({tuple(r) for r in np.stack(cols, axis=1).tolist()})
     first, inverse = distinct_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     assert len(first) == 0 and len(inverse) == 0
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_dp_time_of_each_stage_group_alone_equals_the_whole_table(name: str) -> None:
+    """`dp_time_s` computes a ZeRO stage's exposure only where some row runs it: rows of one (ZeRO stage,
+    pipelined, zero-bubble) group, evaluated alone, get bit for bit what they get beside every other stage."""
+    ctx, table, bw = _setup(name, optimistic=False)
+    lc = layer_costs(ctx, table, bw)
+    _, n, first, last, rank, weight = _mean_layer_ranks(ctx, table, lc)
+    params = _layer_memory(ctx, table, lc, n, first, last)[0]
+    fwd, bwd = n * lc.u_fwd[:, None], n * (lc.u - lc.u_fwd)[:, None]
+    zb = by_code(table["sched"], lambda s: s.splits_backward).astype(bool)
+    ar = replicate_coeffs(lc.ar_rep, lc.ar_ddp, table["zero"])
+
+    def c(x):
+        return np.asarray(x).reshape(-1, 1)
+
+    def dp(rows, scale=1.0):
+        zero, m, shard, pp = (c(table[k][rows]) for k in ("zero", "m", "dp_shard", "pp"))
+        rs, ag, rep = (tuple(c(x[rows] * scale) for x in xs) for xs in (lc.rs_shard, lc.ag_shard, ar))
+        return comm.dp_time_s(ctx, params[rows], zero, m, rs, ag, rep, shard, fwd[rows], bwd[rows], n[rows], pp,
+                              c(zb[rows]))
+
+    everything = np.arange(len(zb))
+    whole = dp(everything)
+    # Every stage's exposure grows with its collectives' cost: none is left uncomputed where a group moves data.
+    synced = (table["dp"] * table["cp"] > 1)[:, None] & (weight > 0)
+    assert (dp(everything, scale=2.0) > whole)[synced].all()
+    _, group = distinct_rows(table["zero"], (table["pp"] > 1).astype(np.int64), zb.astype(np.int64))
+    piped = table["pp"] > 1
+    assert set(table["zero"].tolist()) == {0, 1, 2, 3} and piped.any() and (zb & piped & (table["zero"] == 3)).any()
+    for g in np.unique(group):
+        rows = np.nonzero(group == g)[0]
+        _same(dp(rows), whole[rows], f"dp_time_s of group {g}")
