@@ -47,7 +47,6 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
     topology for `comm.AxisBandwidth`; a bandwidth object without one gets a dict for this call): the same
     numbers, element for element, as costing every row.
     """
-    groups = axis_groups(table) if groups is None else groups
     world = np.asarray(world, dtype=np.int64)
     known: dict[tuple[int, ...], np.ndarray] = getattr(bw, "group_coeffs", None)
     known = {} if known is None else known
@@ -58,7 +57,10 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
     new = [i for i, key in enumerate(keys) if key not in known]
     if new:
         rows = first[new]
-        picked = {axis: (size[rows], stride[rows]) for axis, (size, stride) in groups.items()}
+        if groups is None:  # only the new keys' rows: on a warm search every key is known
+            picked = axis_groups({k: np.asarray(table[k])[rows] for k in _GROUP_COLUMNS})
+        else:
+            picked = {axis: (size[rows], stride[rows]) for axis, (size, stride) in groups.items()}
         values = np.column_stack([c for pair in _dp_group_columns(bw, picked, world[rows]) for c in pair])
         for i, row in zip(new, values):
             known[keys[i]] = row
