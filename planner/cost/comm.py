@@ -34,6 +34,7 @@ import numpy as np
 
 from planner.cost import fixed_costs, interference, overhead
 from planner.cost.context import CostContext
+from planner.cost.dp_groups import GroupCoeffCache
 from planner.cost.measured_comm import MeasuredComm
 from planner.cost.runtime import grad_reduce_bytes, p2p_sync_s, runtime_costs
 from planner.layout.numeric import first_match
@@ -61,7 +62,7 @@ class _Store:
         self.scalar: dict[tuple, tuple[float, float, str]] = {}
         self.measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
         self.columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self.group_coeffs: dict[tuple[int, ...], np.ndarray] = {}  # `dp_groups.dp_group_coeffs`'s, per distinct key
+        self.group_coeffs = GroupCoeffCache()  # `dp_groups.dp_group_coeffs`'s, per distinct key
         self.disk = None
         if type(topology) is Topology:  # not the search's optimistic views, whose answers differ
             from planner.cost import comm_cache

@@ -43,29 +43,45 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
 
     Why cached: a search asks this for thousands of rows over a few dozen distinct groups, every call. A row's
     groups follow from `_GROUP_COLUMNS` (`axis_groups`) and its `world`, and its coefficients are per-row
-    arithmetic on `bw.columns`, so each distinct key is costed once and kept in `bw.group_coeffs` (one dict per
-    topology for `comm.AxisBandwidth`; a bandwidth object without one gets a dict for this call): the same
-    numbers, element for element, as costing every row.
+    arithmetic on `bw.columns`, so each distinct key is costed once and kept in `bw.group_coeffs` (a
+    `GroupCoeffCache` per topology for `comm.AxisBandwidth`; a bandwidth object without one gets one for this
+    call): the same numbers, element for element, as costing every row.
     """
     world = np.asarray(world, dtype=np.int64)
-    known: dict[tuple[int, ...], np.ndarray] = getattr(bw, "group_coeffs", None)
-    known = {} if known is None else known
+    known = getattr(bw, "group_coeffs", None)
+    known = known if isinstance(known, GroupCoeffCache) else GroupCoeffCache()
     first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
     if not np.array_equal(world[first][inverse], world):  # a world the columns do not fix joins the key
         first, inverse = distinct_rows(inverse, world)
     keys = list(zip(*(np.asarray(table[k])[first].tolist() for k in _GROUP_COLUMNS), world[first].tolist()))
-    new = [i for i, key in enumerate(keys) if key not in known]
+    at = [known.get(key, -1) for key in keys]
+    new = [i for i, j in enumerate(at) if j < 0]
     if new:
         rows = first[new]
         if groups is None:  # only the new keys' rows: on a warm search every key is known
             picked = axis_groups({k: np.asarray(table[k])[rows] for k in _GROUP_COLUMNS})
         else:
             picked = {axis: (size[rows], stride[rows]) for axis, (size, stride) in groups.items()}
-        values = np.column_stack([c for pair in _dp_group_columns(bw, picked, world[rows]) for c in pair])
-        for i, row in zip(new, values):
-            known[keys[i]] = row
-    values = np.stack([known[key] for key in keys])[inverse] if keys else np.zeros((0, 8))
+        known.add([keys[i] for i in new], np.column_stack([c for pair in _dp_group_columns(bw, picked, world[rows])
+                                                           for c in pair]))
+        at = [known[key] for key in keys]
+    values = known.values[np.asarray(at, dtype=np.int64)[inverse]] if keys else np.zeros((0, 8))
     return tuple((values[:, 2 * i], values[:, 2 * i + 1]) for i in range(4))
+
+
+class GroupCoeffCache(dict):
+    """`dp_group_coeffs`' cache: each distinct key -> its row of `values` (the 8 coefficient columns), so that a
+    call gathers every known key's coefficients with one index instead of stacking one array per key (a search
+    asks for thousands of keys)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values = np.zeros((0, 8))
+
+    def add(self, keys: list[tuple[int, ...]], values: np.ndarray) -> None:
+        start = len(self.values)
+        self.values = np.vstack([self.values, values])
+        self.update(zip(keys, range(start, start + len(keys))))
 
 
 _GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what fixes a row's `axis_groups`

@@ -56,7 +56,7 @@ import numpy as np
 from planner.cost import comm, compute, fixed_costs
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.dp_groups import dp_group_coeffs, replicate_coeffs
+from planner.cost.dp_groups import GroupCoeffCache, dp_group_coeffs, replicate_coeffs
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
 from planner.layout.expert_groups import state_shard_ranks
@@ -346,7 +346,8 @@ class _OptimisticTopology:
         # Capacity-only answers depend on the group's size and stride alone, not on the ranks in use
         # (planner.topology.optimistic), so `AxisBandwidth` asks once per pattern.
         self.answers_ignore_world = not exact
-        self.optimistic_groups: dict[bytes, dict] = {}  # `_OptimisticBandwidth.group_coeffs`, per set of exact pairs
+        # `_OptimisticBandwidth.group_coeffs`, per set of exact pairs
+        self.optimistic_groups: dict[bytes, GroupCoeffCache] = {}
 
     def __getattr__(self, name: str):  # everything else (cluster, mesh_groups, ...) is the real topology's
         return getattr(self.topology, name)
@@ -380,7 +381,8 @@ class _OptimisticBandwidth:
         self.num_gpus = self.exact.num_gpus
         # `cost.dp_groups`' coefficients: they depend on which pairs are exact, so one dict per set of them, kept
         # on the per-topology view for later searches
-        self.group_coeffs = _bound_topology(topology).optimistic_groups.setdefault(exact_pairs.tobytes(), {})
+        groups = _bound_topology(topology).optimistic_groups
+        self.group_coeffs = groups.setdefault(exact_pairs.tobytes(), GroupCoeffCache())
 
     def columns(self, kind: str, size, stride, world) -> tuple[np.ndarray, np.ndarray]:
         if kind == "all_to_all":
