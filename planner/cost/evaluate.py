@@ -10,7 +10,7 @@ work to the one step-time assembler (`cost.assemble`, where the formulas are).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from planner.layout.expert_groups import data_axes_inner_first, expert_shard_siz
 from planner.layout.numeric import distinct_rows
 from planner.layout.table import MESH_ORDERS, RecomputeCode
 
-__all__ = ["LAYER_COLUMNS", "LayerCosts", "TableResult", "evaluate_table", "evaluate_fitting", "layer_costs"]
+__all__ = ["LAYER_COLUMNS", "FittingRows", "LayerCosts", "TableResult", "evaluate_again", "evaluate_fitting",
+           "evaluate_table", "fitting_rows", "layer_costs"]
 
 
 def _coeff_columns(bw: comm.AxisBandwidth, kind: str, size: np.ndarray, stride: np.ndarray, world: np.ndarray):
@@ -205,6 +206,30 @@ def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.Ax
     and indexed back to every row, the rest of the memory once over every row (a rank's memory follows the
     split, which follows the layers' times); every formula is per row, so a row's numbers do not depend on
     which other rows are evaluated with it. The partial result carries no `split`."""
+    fits, peak, rows = fitting_rows(ctx, table, bw)
+    return fits, peak, None if rows is None else assemble(ctx, rows.table, rows.work, rows.lc)
+
+
+@dataclass
+class FittingRows:
+    """The rows of a table that fit, with their ranks' work and layer costs (`fitting_rows`), kept so that
+    `evaluate_again` can re-assemble their step times under other DP and PP collectives."""
+
+    table: dict[str, np.ndarray]
+    work: RankWork
+    lc: LayerCosts
+
+    def of_rows(self, at: np.ndarray) -> FittingRows:
+        """These parts at the row indices `at`."""
+        count = len(self.lc.tokens)
+        work = replace(self.work, **{f.name: _rows_of(getattr(self.work, f.name), at, count)
+                                     for f in fields(RankWork) if f.name != "optimizer_contexts"})
+        return FittingRows({k: v[at] for k, v in self.table.items()}, work, _layer_costs_of_rows(self.lc, at))
+
+
+def fitting_rows(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth
+                 ) -> tuple[np.ndarray, np.ndarray, FittingRows | None]:
+    """`evaluate_fitting` before the step assembly: (fits, peak bytes per GPU, the fitting rows' parts)."""
     distinct_at, inverse = distinct_rows(*(table[k] for k in LAYER_COLUMNS))
     distinct = {k: table[k][distinct_at] for k in LAYER_COLUMNS}
     lc_distinct = layer_costs(ctx, distinct, bw)
@@ -218,22 +243,39 @@ def evaluate_fitting(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.Ax
         return fits, peak, None
     rows = np.nonzero(fits)[0]
     lc_fit = _layer_costs_of_rows(lc, rows)
-    table_fit = {k: v[rows] for k, v in table.items()}
     work = _work_from(ctx, lc_fit, n[rows], first[rows], last[rows], weight[rows], params[rows],
                       {k: v[rows] for k, v in mem.items()})
-    return fits, peak, assemble(ctx, table_fit, work, lc_fit)
+    return fits, peak, FittingRows({k: v[rows] for k, v in table.items()}, work, lc_fit)
+
+
+def evaluate_again(ctx: CostContext, rows: FittingRows, at: np.ndarray, bw: comm.AxisBandwidth) -> TableResult:
+    """`evaluate_table(ctx, table, bw)` of the fitting rows `at` (no `split`), where `rows` came from a
+    bandwidth whose TP, CP and EP coefficient columns for these rows are `bw`'s own (the search's optimistic
+    first pass: exact for its table's TP and CP groups, the real all-to-all): the layer costs, the split and
+    the memory read no other collective, so only the DP and PP columns are asked of `bw` and the step
+    re-assembled, the same numbers, element for element."""
+    rows = rows.of_rows(at)
+    table = rows.table
+    groups, world = axis_groups(table), table["dp"] * table["tp"] * table["pp"] * table["cp"]
+    rs_shard, ag_shard, ar_rep, ar_ddp = dp_group_coeffs(bw, table, world, groups)
+    lc = replace(rows.lc, rs_shard=rs_shard, ag_shard=ag_shard, ar_rep=ar_rep, ar_ddp=ar_ddp,
+                 pp_p2p=_coeff_columns(bw, "p2p", *groups["pp"], world))
+    return assemble(ctx, table, rows.work, lc)
+
+
+def _rows_of(x, rows: np.ndarray, count: int):
+    """`x` at the row indices `rows` where it is per row (arrays of `count` rows, tuples and dicts of them)."""
+    if isinstance(x, tuple):
+        return tuple(_rows_of(y, rows, count) for y in x)
+    if isinstance(x, dict):
+        return {k: _rows_of(v, rows, count) for k, v in x.items()}
+    return x[rows] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == count else x
 
 
 def _layer_costs_of_rows(lc: LayerCosts, rows: np.ndarray) -> LayerCosts:
     """`lc` at the row indices `rows` (per-row arrays and coefficient columns taken; per-model scalars kept)."""
     count = len(lc.tokens)
-
-    def take(x):
-        if isinstance(x, tuple):
-            return tuple(take(y) for y in x)
-        return x[rows] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == count else x
-
-    return LayerCosts(**{f.name: take(getattr(lc, f.name)) for f in fields(LayerCosts)})
+    return LayerCosts(**{f.name: _rows_of(getattr(lc, f.name), rows, count) for f in fields(LayerCosts)})
 
 
 def _mean_layer_ranks(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts):

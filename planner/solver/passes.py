@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.cost.assemble import assemble
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.evaluate import evaluate_fitting, evaluate_table
+from planner.cost.evaluate import FittingRows, evaluate_again, evaluate_table, fitting_rows
 from planner.layout.table import COLUMNS
 from planner.solver.bounds import optimistic_bw
 from planner.solver.memory_bound import cannot_fit
@@ -52,7 +53,7 @@ once per process without the disk cache); a probe that does not settle it costs 
 
 
 def exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth, lower: np.ndarray,
-                best_t: np.ndarray, top: int, objective: str):
+                best_t: np.ndarray, top: int, objective: str, again: tuple[FittingRows, np.ndarray] | None = None):
     """The second pass: exact step times of the rows whose first-pass score `lower` (never above their exact
     score) can still beat the K-th best, visited in increasing `lower` in growing chunks, so that the K-th best
     tightens while they are evaluated. A row left out has `lower` above a K-th best already found (of
@@ -60,6 +61,8 @@ def exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth
     best too: it can neither enter the top K nor tie with it, and the top K (ties broken by order) is the one
     evaluating every row gives, whatever the chunk sizes (`EXACT_CHUNK_ROWS`). Every formula is per row: a row's
     numbers do not depend on its chunk.
+    `again`: (the first pass's `FittingRows`, the row of them each table row is): the rows are then timed by
+    `evaluate_again` (the first pass's layer costs and memory, `bw`'s DP and PP collectives), the same numbers.
     Returns the evaluated rows in table order: (table, step times, scores, fits)."""
     n = len(lower)
     order = np.argsort(lower, kind="stable")
@@ -73,7 +76,7 @@ def exact_pass(ctx: CostContext, table: dict[str, np.ndarray], bw: AxisBandwidth
         chunk = order[pos : pos + size]
         chunk = np.sort(chunk[lower[chunk] <= kth])
         sub = take(table, chunk)
-        res = evaluate_table(ctx, sub, bw)
+        res = evaluate_table(ctx, sub, bw) if again is None else evaluate_again(ctx, again[0], again[1][chunk], bw)
         step[chunk], fits[chunk], done[chunk] = res.step_time_s, res.fits, True
         score[chunk] = res.step_time_s * score_multiplier(ctx, sub, objective)
         seen = np.sort(np.concatenate([seen, score[chunk][res.fits]]))
@@ -87,13 +90,20 @@ def fitting_pass(ctx: CostContext, table: dict[str, np.ndarray], cache: dict, st
     """The optimistic first pass over `table` (`evaluate_fitting` with `bounds.optimistic_bw`: exact memory, DP/PP
     collectives at a capacity-only cost), counted in `stats`. Returns (fits, result for the rows that fit or None,
     least) where least is (peak, index) of the first least-memory row when some row does not fit, else None."""
-    ok, peak, res = evaluate_fitting(ctx, table, optimistic_bw(ctx.topology, table, cache))
+    ok, res, least, _ = _fitting(ctx, table, cache, stats)
+    return ok, res, least
+
+
+def _fitting(ctx: CostContext, table: dict[str, np.ndarray], cache: dict, stats: SearchStats):
+    """`fitting_pass`, and the fitting rows' parts (`cost.evaluate.fitting_rows`) for the exact pass."""
+    ok, peak, rows = fitting_rows(ctx, table, optimistic_bw(ctx.topology, table, cache))
+    res = None if rows is None else assemble(ctx, rows.table, rows.work, rows.lc)
     stats.rows_evaluated += len(ok)
     stats.rows_feasible += int(ok.sum())
     if ok.all():
-        return ok, res, None
+        return ok, res, None, rows
     j = int(np.argmin(peak))
-    return ok, res, (float(peak[j]), j)
+    return ok, res, (float(peak[j]), j), rows
 
 
 FIRST_PASS_CHUNK = 512  # rows in a batch's first chunk (then doubling): smaller skips more rows, pays more calls
@@ -139,7 +149,7 @@ def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, 
         if not len(live):
             continue
         sub = take(table, live)
-        ok, res, worst = fitting_pass(ctx, sub, cache, stats)
+        ok, res, worst, rows = _fitting(ctx, sub, cache, stats)
         if worst is not None:
             peak, j = worst
             if least is None or (peak, live[j]) < (least[0], least[1]):
@@ -155,7 +165,9 @@ def first_pass(ctx: CostContext, table: dict[str, np.ndarray], key: np.ndarray, 
             continue
         kept = np.nonzero(keep)[0]
         sub = dict(take(sub, kept), key=key[live[fit[kept]]])
-        done, step, score, ok = exact_pass(ctx, sub, bw, first_score[kept], scores, top, objective)
+        # The optimistic bandwidth's TP and CP columns are the real ones for `sub`'s groups (`bounds.optimistic_bw`),
+        # its all-to-all too: the exact pass re-assembles the first pass's rows (`evaluate_again`).
+        done, step, score, ok = exact_pass(ctx, sub, bw, first_score[kept], scores, top, objective, (rows, kept))
         at = np.nonzero(ok)[0]
         cand = take(done, at)
         best = merge_best(best, (cand, score[at], step[at], cand.pop("key")), top)

@@ -7,6 +7,8 @@ per-row computation gives:
 - `comm.dp_time_s` and `fixed_costs.optimizer_step_s` over all rank columns at once (per-row columns as
   (rows, 1)) equal one call per rank column, and `dp_time_s`, which computes only the ZeRO stages its rows run,
   gives each (stage, pipelined, zero-bubble) group alone what it gives that group beside the others;
+- the exact pass's re-assembly of the first pass's rows with the real DP and PP collectives equals
+  `evaluate_table` of those rows;
 - the rules' schedule-flag lookup equals `np.isin` over the registry's codes.
 """
 
@@ -20,6 +22,7 @@ import pytest
 import hardware_profiles
 from planner.api import make_context
 from planner.cost import comm, fixed_costs
+from planner.cost.assemble import assemble
 from planner.cost.comm import AxisBandwidth
 from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.evaluate import (
@@ -27,8 +30,10 @@ from planner.cost.evaluate import (
     LayerCosts,
     _layer_memory,
     _mean_layer_ranks,
+    evaluate_again,
     evaluate_fitting,
     evaluate_table,
+    fitting_rows,
     layer_costs,
 )
 from planner.layout import Workload
@@ -103,6 +108,25 @@ def test_fitting_pass_equals_the_whole_table_on_shuffled_duplicated_rows(name: s
     for f in ("step_time_s", "dp_comm_s", "optimizer_s", "bubble_s", "compute_s", "pipeline_s"):
         _same(getattr(part, f), getattr(whole, f)[fits], f)
 
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_exact_pass_reassembly_equals_the_whole_table(name: str) -> None:
+    """The search's exact pass re-assembles the optimistic first pass's rows with the real DP and PP
+    collectives (`evaluate_again`): on any subset of the fitting rows, in any order, what `evaluate_table`
+    with the real bandwidth gives, bit for bit; the optimistic pass itself differs (else this proves nothing)."""
+    ctx, table, bw = _setup(name, optimistic=False)
+    fits, _, rows = fitting_rows(ctx, table, optimistic_bw(ctx.topology, table))
+    assert rows is not None and fits.any() and not fits.all()
+    rng = np.random.default_rng(5)
+    at = np.sort(rng.choice(len(rows.table["dp"]), size=len(rows.table["dp"]) // 2, replace=False))
+    at = rng.permutation(np.concatenate([at, at[:7]]))
+    whole = evaluate_table(ctx, {k: v[at] for k, v in rows.table.items()}, bw)
+    again = evaluate_again(ctx, rows, at, bw)
+    for f in ("step_time_s", "fits", "peak_memory_bytes", "dp_comm_s", "pp_comm_s", "optimizer_s", "bubble_s",
+              "compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pipeline_s", "rank_total_s"):
+        _same(getattr(again, f), getattr(whole, f), f)
+    first = rows.of_rows(at)  # the first pass's own work and layer costs (optimistic DP and PP columns)
+    assert not np.array_equal(assemble(ctx, first.table, first.work, first.lc).dp_comm_s, whole.dp_comm_s)
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_dp_and_optimizer_over_all_rank_columns_equal_column_by_column(name: str) -> None:
