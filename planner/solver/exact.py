@@ -19,8 +19,9 @@ Steps 1-3 depend on the input only and are shared by later searches of the same 
    the least-memory layout the infeasible message names), and evaluate the rest best-first (`passes.first_pass`):
    in increasing row bound, in growing chunks, each in two passes: first with the DP and PP collectives at a
    capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and
-   only the rows that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`), only
-   for the rows that fit and whose first-pass time can still beat the K-th best, in increasing first-pass time
+   only the rows that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`'s
+   numbers, the first pass's layer costs and memory re-assembled with the real DP and PP collectives:
+   `cost.evaluate.evaluate_again`), only for the rows that fit and whose first-pass time can still beat the K-th best, in increasing first-pass time
    and in growing chunks, stopping once it passes the K-th best found so far (`passes.exact_pass`). The K-th best
    tightens after every chunk, so most rows of a batch are skipped by their bound. Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked. Rows are
