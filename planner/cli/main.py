@@ -30,12 +30,32 @@ _USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
 """Command-line usage errors: recent typers raise their own (from a vendored click), older ones click's."""
 
 
-def _register_commands() -> None:
+def _command_modules() -> list[str]:
+    """The modules under planner.cli that register commands, sorted (the order `meshplan --help` lists them)."""
     import planner.cli as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name not in _SKIP and not info.name.startswith("_"):
-            importlib.import_module(f"planner.cli.{info.name}")
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name not in _SKIP and not m.name.startswith("_"))
+
+
+def _register_commands(argv: list[str] | None = None) -> None:
+    """Register the commands on `app`: only the one `argv` invokes where its module is named after it, else all.
+
+    Each command lives in the module of its name (`meshplan plan` in planner.cli.plan). Importing every command
+    module and letting typer build every command's click options costs ~50 ms of CPU at each start, which a
+    command that runs alone (`meshplan plan ...`) never uses; its own help and errors read the same, since
+    they name only that command. Anything else (no command, `--help`, an unknown or misspelt name) registers
+    all of them, in module order, so listings and suggestions are complete."""
+    modules = _command_modules()
+    name = next((a for a in argv or () if not a.startswith("-")), None)
+    if name in modules:
+        importlib.import_module(f"planner.cli.{name}")
+        if any(c.name == name for c in app.registered_commands):
+            return
+    for module in modules:
+        importlib.import_module(f"planner.cli.{module}")
+    # A process that ran one command first (tests, embedding programs) lists them in module order all the same.
+    order = {f"planner.cli.{m}": i for i, m in enumerate(modules)}
+    app.registered_commands.sort(key=lambda c: order.get(getattr(c.callback, "__module__", ""), len(order)))
 
 
 GC_PAUSE_S = 5.0
@@ -61,7 +81,7 @@ def _pause_gc(seconds: float = GC_PAUSE_S) -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the console script: this process is the command's own (callers with argv keep their GC)
         _pause_gc()
-    _register_commands()
+    _register_commands(sys.argv[1:] if argv is None else argv)
     with guarded_streams() as guards:  # a full disk or closed pipe on stdout/stderr: one line or a quiet exit
         code = _run(argv)
         try:
