@@ -70,3 +70,46 @@ def test_commands_import_only_what_they_need(argv: tuple[str, ...], absent: tupl
     loaded = _modules_after(_cli(*argv))
     for name in absent:
         assert name not in loaded, f"`meshplan {' '.join(argv)}` imports {name}"
+
+
+def _cli_modules_after(code: str) -> set[str]:
+    """The planner.cli modules imported by running `code` in a fresh interpreter."""
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('planner.cli.'))))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={"COLUMNS": "120", "PATH": "/usr/bin:/bin", "MESHPLAN_CACHE_DIR": "off"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_a_command_registers_only_itself() -> None:
+    """`meshplan profiles` imports its own module and none of the other commands'; `--help` imports them all."""
+    alone = _cli_modules_after(_cli("profiles"))
+    assert "planner.cli.profiles" in alone
+    assert not alone & {"planner.cli.plan", "planner.cli.sweep", "planner.cli.run", "planner.cli.compare"}, alone
+    everything = _cli_modules_after(_cli("--help"))
+    assert {"planner.cli.plan", "planner.cli.sweep", "planner.cli.run", "planner.cli.profiles"} <= everything
+
+
+def test_help_lists_commands_in_module_order_after_a_single_command() -> None:
+    """A process that ran one command first (registering only it) lists every command in the same order as a
+    fresh one, and a misspelt command still gets the suggestions of all commands."""
+    import contextlib
+    import io
+
+    from planner.cli.main import _command_modules, main
+
+    def run(*argv: str) -> tuple[int, str]:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            code = main(list(argv))
+        return code, text.getvalue()
+
+    assert run("profiles")[0] == 0
+    code, text = run("--help")
+    assert code == 0
+    rows = [line.split()[1] for line in text.splitlines() if line.startswith("│ ") and not line.startswith("│ -")]
+    # Every command, in module (alphabetical) order, although `profiles` was registered first.
+    assert rows == sorted(rows) and {"plan", "profiles", "run", "sweep"} <= set(rows), rows
+    assert set(rows) <= set(_command_modules())
+    code, text = run("plam")
+    assert code == 2 and "plan" in text and "replan" in text
