@@ -54,6 +54,25 @@ def test_the_command_line_pauses_the_collector_in_its_own_process_only() -> None
         "gc.enable()\n"
         "m.main(['--help'])\n"
         "assert gc.isenabled()  # called with argv: the caller's collector is untouched\n"
+        "assert gc.get_freeze_count() == 0  # nor are the caller's objects frozen\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_console_script_leaves_its_objects_to_the_exit_without_a_last_collection() -> None:
+    """`main()` as the console script runs it (no argv) freezes what it built once the command is done, so the
+    interpreter's exit does not walk it again; the command's output and exit code are unchanged."""
+    code = (
+        "import gc, sys\n"
+        "from planner.cli import main as m\n"
+        "sys.argv = ['meshplan', 'profiles']\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "code = m.main()\n"
+        "assert code == 0, code\n"
+        "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n"
+        "print('frozen', file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "frozen" in proc.stderr and "dgx-h100" in proc.stdout
