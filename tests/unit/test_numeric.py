@@ -56,8 +56,7 @@ def test_the_command_line_pauses_the_collector_in_its_own_process_only() -> None
         "assert gc.isenabled()  # called with argv: the caller's collector is untouched\n"
         "assert gc.get_freeze_count() == 0  # nor are the caller's objects frozen\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    _run_python(code)
 
 
 def test_the_console_script_leaves_its_objects_to_the_exit_without_a_last_collection() -> None:
@@ -73,6 +72,12 @@ def test_the_console_script_leaves_its_objects_to_the_exit_without_a_last_collec
         "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n"
         "print('frozen', file=sys.stderr)\n"
     )
+    proc = _run_python(code)
+    assert "frozen" in proc.stderr and "dgx-h100" in proc.stdout
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter (the collector's state is per process); it must succeed."""
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "frozen" in proc.stderr and "dgx-h100" in proc.stdout
+    return proc

@@ -18,13 +18,18 @@ import pytest
 HEAVY = ("ortools", "pandas", "matplotlib", "torch", "scipy")
 
 
-def _modules_after(code: str) -> set[str]:
-    """Top-level package names imported by running `code` in a fresh interpreter."""
-    script = code + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+def _loaded_after(code: str) -> set[str]:
+    """Every module name imported by running `code` in a fresh interpreter."""
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={"COLUMNS": "120", "PATH": "/usr/bin:/bin", "MESHPLAN_CACHE_DIR": "off"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _modules_after(code: str) -> set[str]:
+    """Top-level package names imported by running `code` in a fresh interpreter."""
+    return {m.split(".")[0] for m in _loaded_after(code)}
 
 
 def _cli(*argv: str) -> str:
@@ -72,21 +77,12 @@ def test_commands_import_only_what_they_need(argv: tuple[str, ...], absent: tupl
         assert name not in loaded, f"`meshplan {' '.join(argv)}` imports {name}"
 
 
-def _cli_modules_after(code: str) -> set[str]:
-    """The planner.cli modules imported by running `code` in a fresh interpreter."""
-    script = code + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('planner.cli.'))))\n"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={"COLUMNS": "120", "PATH": "/usr/bin:/bin", "MESHPLAN_CACHE_DIR": "off"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
 def test_a_command_registers_only_itself() -> None:
     """`meshplan profiles` imports its own module and none of the other commands'; `--help` imports them all."""
-    alone = _cli_modules_after(_cli("profiles"))
+    alone = _loaded_after(_cli("profiles"))
     assert "planner.cli.profiles" in alone
     assert not alone & {"planner.cli.plan", "planner.cli.sweep", "planner.cli.run", "planner.cli.compare"}, alone
-    everything = _cli_modules_after(_cli("--help"))
+    everything = _loaded_after(_cli("--help"))
     assert {"planner.cli.plan", "planner.cli.sweep", "planner.cli.run", "planner.cli.profiles"} <= everything
 
 
