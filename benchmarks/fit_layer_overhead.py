@@ -34,7 +34,7 @@ import planner.cost.compute as compute
 import planner.cost.efficiency as efficiency
 from planner.api import make_context
 from planner.cost.comm import AxisBandwidth, tp_backward_exposed_s, tp_layer_fwd_s
-from planner.cost.evaluate import _coeff_columns
+from planner.cost.layer_costs import coeff_columns
 from planner.layout import Workload
 from planner.model import ModelSpec
 
@@ -67,7 +67,7 @@ def layer_times_ms(sustained: float, extra_per_hidden: float = 0.0) -> dict[str,
     ctx.__dict__["sustained_fraction"] = sustained  # the cached property, set before any time is computed
     tokens, tp, one = np.array([8192]), np.array([8]), np.array([1])
     comm = float(tp_layer_fwd_s(
-        ctx, _coeff_columns(AxisBandwidth(ctx.topology), "all_reduce", tp, one, np.array([8])), tokens)[0])
+        ctx, coeff_columns(AxisBandwidth(ctx.topology), "all_reduce", tp, one, np.array([8])), tokens)[0])
     out: dict[str, tuple[float, float]] = {}
     for sp in (False, True):
         t = compute.layer_time_s(ctx, ctx.layer_types[0], tokens, tp, one, one, np.array([sp]))

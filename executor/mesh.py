@@ -192,6 +192,6 @@ def shard_ranks(mesh: DeviceMesh) -> int:
 
 
 def planner_expert_shard(layout: Layout) -> int:
-    """Ranks the planner shards `layout`'s routed-expert states over (cost.evaluate.expert_shard's rule)."""
+    """Ranks the planner shards `layout`'s routed-expert states over (cost.layer_costs.expert_shard's rule)."""
     sizes = {a: np.array([n]) for a, n in layout.axis_sizes().items() if a in DATA_AXES}
     return int(expert_shard_size(np.array([layout.ep]), sizes, data_axes_inner_first(layout.mesh_axes))[0])

@@ -128,7 +128,7 @@ def memory_fit(total: np.ndarray, present: np.ndarray, capacity_bytes: float) ->
 def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc: Any,
              split: StageSplit | None = None, per_rank_memory: bool = False) -> TableResult:
     """Step time, breakdown and peak memory of every row from its ranks' work (module docstring).
-    `lc` holds the collective coefficients and tokens per micro-batch (`evaluate.LayerCosts`)."""
+    `lc` holds the collective coefficients and tokens per micro-batch (`layer_costs.LayerCosts`)."""
     pp, m, v, zero, shard = table["pp"], table["m"], table["v"], table["zero"], table["dp_shard"]
     sp = table["sp"].astype(bool)
     w = work.weight

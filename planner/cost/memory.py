@@ -82,7 +82,7 @@ def activation_bytes_per_layer(
     per_layer = (attn_local + mlp_local + scores) / t + np.where(sp, replicated / t, replicated)
     full = np.where(sp, 2 * sbh / t, 2 * sbh)
     if m.moe is not None:
-        # The mean over the layer types, like the layer times (evaluate.layer_costs): MoE layers replace the dense
+        # The mean over the layer types, like the layer times (layer_costs.layer_costs): MoE layers replace the dense
         # MLP's local activations with their routed rows' (`moe_activation_bytes_per_token`).
         w = ctx.layer_type_counts().astype(float)
         moe_share = sum(wk for wk, lt in zip(w / w.sum(), ctx.layer_types) if lt.expert_flops_per_token)

@@ -8,7 +8,7 @@ needs each (rank, type) priced on its own:
 - A pipeline rank's GPUs are the mesh's ranks with that pp coordinate (in the layout's axis order); TP, CP and
   DP inside the stage are synchronous, so the stage runs on its slowest GPU (least peak FLOP/s at the compute
   dtype) and fits in its smallest memory.
-- Per (GPU kind, layer type) the per-micro-batch layer times come from `evaluate.layer_costs` on a context
+- Per (GPU kind, layer type) the per-micro-batch layer times come from `layer_costs.layer_costs` on a context
   that holds only that GPU and that layer type; communication coefficients come from the topology as usual.
 - Step time and memory are assembled by the one assembler (`cost.assemble`), with sum_k n[r, k] * x[r, k]
   in place of n[r] * x for every per-layer quantity x; with one layer type on one GPU kind this equals the
@@ -29,7 +29,7 @@ import numpy as np
 from planner.cost import comm, memory
 from planner.cost.assemble import MEMORY_PARTS, RankWork, TableResult, assemble, rank_memory
 from planner.cost.context import CostContext
-from planner.cost.evaluate import expert_shard, layer_costs
+from planner.cost.layer_costs import expert_shard, layer_costs
 from planner.layout.table import MESH_ORDERS, axis_sizes, table_of
 
 
@@ -83,7 +83,7 @@ class RankCosts:
     extra_w_s: np.ndarray  # (p,) their weight-gradient GEMMs in the W pass (the head's, on the last rank)
     layer_params: np.ndarray  # (K,) parameters of one layer of each type on one GPU
     layer_expert_params: np.ndarray  # (K,) the routed experts among them (their states shard differently)
-    expert_shard: np.ndarray  # (1,) ranks ZeRO shards expert states over (evaluate.expert_shard)
+    expert_shard: np.ndarray  # (1,) ranks ZeRO shards expert states over (layer_costs.expert_shard)
     extra_params: np.ndarray  # (p,) embedding on rank 0, final norm + head on the last
     layer_memory_bytes: np.ndarray  # (p, K) model states of one layer + its activations x in-flight micro-batches
     fixed_memory_bytes: np.ndarray  # (p,) embedding/head states, logits, FSDP buffers, reserve

@@ -146,7 +146,7 @@ def _layer_bounds(ctx: CostContext, bw: AxisBandwidth, pins: Pins, mb, tp, cp, e
         tp_exposed = comm.tp_exposed_s(ctx, tp_f, gemm, on, tp) + np.minimum(*(
             comm.tp_backward_exposed_s(ctx, tp_f, t.wgrad_s, t.column_wgrad_s, np.full(len(tp), sp), tp)
             for t, sp in zip(both, (True, False))))
-        # CP exchange beside the attention core of each pass (evaluate.layer_costs), the least over SP.
+        # CP exchange beside the attention core of each pass (layer_costs.layer_costs), the least over SP.
         cp_exposed = np.minimum(*(comm.cp_exposed_s(ctx, cp_f, t.attn_fwd_s)
                                   + comm.cp_exposed_s(ctx, cp_f, t.bwd_s / np.maximum(t.fwd_s, 1e-30) * t.attn_fwd_s)
                                   for t in both))

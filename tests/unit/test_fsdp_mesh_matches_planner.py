@@ -2,7 +2,7 @@
 
 One process builds every rank's DeviceMesh through torch's fake process group (no communication): the shard
 dim of the dense gradient mesh must have dp_shard x cp ranks (`expert_groups.state_shard_ranks`) and the
-experts' the count `cost.evaluate.expert_shard` prices, for every mesh order the search builds and the
+experts' the count `cost.layer_costs.expert_shard` prices, for every mesh order the search builds and the
 orders with EP inside CP or across DP replicas."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from executor.mesh import build_meshes, shard_ranks
-from planner.cost.evaluate import expert_shard
+from planner.cost.layer_costs import expert_shard
 from planner.layout import SEARCHED_ORDERS, Layout, layout_to_row
 from planner.layout.expert_groups import state_shard_ranks
 

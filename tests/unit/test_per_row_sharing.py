@@ -27,15 +27,14 @@ from planner.cost.comm import AxisBandwidth
 from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.evaluate import (
     LAYER_COLUMNS,
-    LayerCosts,
     _layer_memory,
     _mean_layer_ranks,
     evaluate_again,
     evaluate_fitting,
     evaluate_table,
     fitting_rows,
-    layer_costs,
 )
+from planner.cost.layer_costs import LayerCosts, layer_costs
 from planner.layout import Workload
 from planner.layout.numeric import distinct_rows
 from planner.layout.rules import _flag
