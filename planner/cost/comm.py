@@ -37,7 +37,7 @@ from planner.cost.context import CostContext
 from planner.cost.dp_groups import GroupCoeffCache
 from planner.cost.measured_comm import MeasuredComm
 from planner.cost.runtime import grad_reduce_bytes, p2p_sync_s, runtime_costs
-from planner.layout.numeric import first_match
+from planner.layout.numeric import first_match, sorted_unique
 from planner.layout.schedules import ScheduleCode
 from planner.topology.ring_scaling import nodes_spanned, ring_bandwidth_factor
 
@@ -155,7 +155,7 @@ class AxisBandwidth:
         found = pos < len(keys)
         found[found] = keys[pos[found]] == key[found]
         if not found.all():
-            keys, a, b = self._add_columns(kind, np.unique(key[~found]))
+            keys, a, b = self._add_columns(kind, sorted_unique(key[~found]))
             pos = np.searchsorted(keys, key)
         return a[pos], b[pos]
 

@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from planner.layout.numeric import sorted_unique
+
 ENV = "MESHPLAN_CACHE_DIR"
 _OFF = {"", "0", "off", "none", "false", "no"}
 FORMAT = 1
@@ -157,7 +159,7 @@ def _unpack(doc: CacheFile) -> Columns:
             return {}  # not something AxisBandwidth writes: ignore the whole file
         keys = (arr[:, 0] << (2 * _BITS)) | (arr[:, 1] << _BITS) | arr[:, 2]
         order = np.argsort(keys, kind="stable")
-        if len(np.unique(keys)) != len(keys):
+        if len(sorted_unique(keys)) != len(keys):
             return {}
         out[kind] = (keys[order], np.array([r[3] for r in rows])[order], np.array([r[4] for r in rows])[order])
     return out

@@ -16,6 +16,7 @@ from planner.cost import comm, compute, moe_dispatch, overhead
 from planner.cost.context import CostContext
 from planner.cost.dp_groups import axis_groups, dp_group_coeffs
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
+from planner.layout.numeric import sorted_unique
 from planner.layout.table import MESH_ORDERS, RecomputeCode
 
 __all__ = ["LayerCosts", "coeff_columns", "expert_shard", "layer_costs", "layer_costs_of_rows", "rows_of"]
@@ -33,7 +34,7 @@ def _ep_inner_stride(table, groups) -> np.ndarray:
     executor builds them (planner.layout.expert_groups); a group that spans two data axes with another axis
     between them is costed as if contiguous with this stride (an approximation of its links)."""
     stride = np.ones_like(table["ep"])
-    for code in np.unique(table["order"]):
+    for code in sorted_unique(table["order"]):
         sel = table["order"] == code
         found = np.zeros(int(sel.sum()), dtype=bool)
         inner = np.ones(int(sel.sum()), dtype=np.int64)
@@ -60,7 +61,7 @@ def expert_shard(table: dict[str, np.ndarray]) -> np.ndarray:
     group (dp_shard x cp when ep = 1), as executor.mesh builds the experts' gradient mesh."""
     out = (table["dp_shard"] * table["cp"]).astype(np.int64)
     sizes = {"dp_replicate": table["dp"] // table["dp_shard"], "dp_shard": table["dp_shard"], "cp": table["cp"]}
-    for code in np.unique(table["order"]):
+    for code in sorted_unique(table["order"]):
         sel = table["order"] == code
         inner = data_axes_inner_first(MESH_ORDERS[int(code)])
         out[sel] = expert_shard_size(table["ep"][sel], {a: v[sel] for a, v in sizes.items()}, inner)

@@ -25,6 +25,7 @@ import numpy as np
 
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
 from planner.layout.names import DEFAULT_MESH_AXES, FRAMEWORK_NAMES, RECOMPUTE_NAMES
+from planner.layout.numeric import sorted_unique
 from planner.layout.optimizer_rules import OPTIMIZER_RULES
 from planner.layout.rule import TRAITS, Columns, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES, ScheduleCode, missing_in, name_in
@@ -143,7 +144,7 @@ def order_allowed(c: Columns, orders: tuple[tuple[str, ...], ...]) -> np.ndarray
     grid, so an order counts as allowed when the axes larger than 1 come in an allowed relative order."""
     sizes = axis_sizes(c)
     ok = np.zeros(len(c["order"]), dtype=bool)
-    for code in np.unique(c["order"]).tolist():
+    for code in sorted_unique(c["order"]).tolist():
         rows = c["order"] == code
         order = MESH_ORDERS[int(code)]
         for allowed in orders:
@@ -170,7 +171,7 @@ def _ep_blocks(c: Columns) -> np.ndarray:
     grouped = ep != 1  # rows with ep == 1 pass whatever their blocks are (below); a dense model has none to check
     if not grouped.any():
         return ok | (ep == 1)
-    for code in np.unique(order[grouped]).tolist():
+    for code in sorted_unique(order[grouped]).tolist():
         sel = grouped & (order == code)
         # dp_replicate >= 1 even where dp_shard does not divide dp (dp_shard_divides_dp reports that row)
         sizes = {"dp_replicate": np.maximum(dp[sel] // shard[sel], 1), "dp_shard": shard[sel], "cp": cp[sel]}

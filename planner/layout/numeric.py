@@ -3,7 +3,9 @@
 `first_match` is `np.select` without its per-call overhead: the search calls it ~150 times per warm search on
 tables of 10^3-10^4 rows, where `np.select`'s broadcasting of every argument cost about twice the selection
 itself (about 80 us against 30 us a call at 20,000 rows with three conditions). `distinct_rows` numbers the
-distinct rows of a few integer columns, so that per-row formulas run once per distinct row.
+distinct rows of a few integer columns, so that per-row formulas run once per distinct row. `sorted_unique` is
+`np.unique` of one array without numpy 2's check for masked arrays, which imports numpy.ma (15-25 ms) on the
+first plain call in a process: a whole `meshplan plan` never needs numpy.ma otherwise.
 """
 
 from __future__ import annotations
@@ -42,3 +44,15 @@ def distinct_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key, span = key * radix + col, span * radix
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of `values` (flattened), sorted: what `np.unique(values)` returns for integer, boolean
+    and NaN-free float arrays, by a sort and a comparison of neighbours (no numpy.ma import, module docstring)."""
+    out = np.sort(np.asarray(values), axis=None)
+    if len(out) > 1:
+        keep = np.empty(len(out), dtype=bool)
+        keep[0] = True
+        np.not_equal(out[1:], out[:-1], out=keep[1:])
+        out = out[keep]
+    return out

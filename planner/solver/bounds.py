@@ -60,7 +60,7 @@ from planner.cost.dp_groups import GroupCoeffCache, dp_group_coeffs, replicate_c
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
 from planner.layout.expert_groups import state_shard_ranks
-from planner.layout.numeric import distinct_rows
+from planner.layout.numeric import distinct_rows, sorted_unique
 from planner.layout.schedules import SCHEDULES, by_code
 from planner.layout.table import SEARCHED_ORDERS, axis_strides
 from planner.solver.space import Pins, SearchLimits
@@ -404,7 +404,7 @@ def optimistic_bw(topology, table: dict[str, np.ndarray], cache: dict | None = N
     """Coefficients for the optimistic first pass over `table` (see `_OptimisticTopology`): exact for the
     (size, stride) of its TP and CP groups. `cache` keeps one object per set of exact groups across calls
     (the coefficients themselves are cached per topology either way)."""
-    pairs = np.unique(np.concatenate([(table[axis].astype(np.int64) << 21) | axis_strides(table, axis)
+    pairs = sorted_unique(np.concatenate([(table[axis].astype(np.int64) << 21) | axis_strides(table, axis)
                                       for axis in ("tp", "cp")]))
     if cache is None:
         return _OptimisticBandwidth(topology, pairs)

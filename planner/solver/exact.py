@@ -46,6 +46,7 @@ import numpy as np
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult, evaluate_table
+from planner.layout.numeric import sorted_unique
 from planner.layout.rules import Tally
 from planner.layout.table import COLUMNS, RecomputeCode
 from planner.solver.bounds import (
@@ -129,7 +130,7 @@ def _row_step_lb(prep: Prepared, pairs: np.ndarray, pair_step_lb: np.ndarray, so
     """Per row (of pair `pairs[source]`), its pair's step-time bound, over the layouts with the row's recompute
     policy where that policy recomputes anything (`Prepared.recompute_step_lb`): never below the pair's."""
     step_lb = pair_step_lb[source]
-    for code in np.unique(rc).tolist():
+    for code in sorted_unique(rc).tolist():
         if code != RecomputeCode.NONE:
             sel = np.nonzero(rc == code)[0]
             step_lb[sel] = prep.recompute_step_lb(pairs[source[sel]], code)

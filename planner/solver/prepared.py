@@ -25,6 +25,7 @@ import numpy as np
 
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
+from planner.layout.numeric import sorted_unique
 from planner.solver.bounds import micro_batch_bounds, shape_bounds
 from planner.solver.space import Pins, SearchLimits, Space, micro_batch_pairs, shape_candidates, space_of
 from planner.solver.visit import VisitOrder
@@ -120,7 +121,7 @@ def _build(ctx: CostContext, pins: Pins, limits: SearchLimits, objective: str) -
 
     def recompute_step_lb(pairs: np.ndarray, code: int) -> np.ndarray:
         known = with_recompute.setdefault(code, np.full(len(pair_shape), np.nan))
-        new = np.unique(pairs[np.isnan(known[pairs])])
+        new = sorted_unique(pairs[np.isnan(known[pairs])])
         if len(new):
             cols = tuple(a[new] for a in pair_cols)
             step = micro_batch_bounds(ctx, bw, pins, *cols, pair_mb[new], limits, rc=np.full(len(new), code))

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from planner.layout.numeric import first_match
+from planner.layout.numeric import first_match, sorted_unique
 
 
 def _cases(n: int):
@@ -32,6 +32,16 @@ def test_first_match_equals_np_select(n: int) -> None:
     for conditions, choices, default in _cases(n):
         want = np.select(conditions, choices, default)
         got = first_match(conditions, choices, default)
+        assert (got.dtype, got.shape) == (want.dtype, want.shape)
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_sorted_unique_equals_np_unique(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(-5, 5, n), rng.integers(0, 1 << 62, n) >> rng.integers(0, 62, n),
+                   rng.integers(0, 3, (n, 2)).astype(np.int8), rng.random(n) < 0.5, np.round(rng.random(n), 1)):
+        want, got = np.unique(values), sorted_unique(values)
         assert (got.dtype, got.shape) == (want.dtype, want.shape)
         assert got.tobytes() == want.tobytes()
 

@@ -77,6 +77,14 @@ def test_commands_import_only_what_they_need(argv: tuple[str, ...], absent: tupl
         assert name not in loaded, f"`meshplan {' '.join(argv)}` imports {name}"
 
 
+def test_a_plan_leaves_numpy_ma_unimported() -> None:
+    """numpy's `np.unique` imports numpy.ma (15-25 ms) on its first plain call; the search uses
+    `planner.layout.numeric.sorted_unique` instead, and nothing else of a plan needs numpy.ma."""
+    loaded = _loaded_after(_cli("plan", "--model", "llama3-8b", "--nodes", "2", "--global-batch", "64", "--top", "3"))
+    assert "planner.solver.exact" in loaded and "numpy" in loaded  # the check would be empty without a search
+    assert "numpy.ma" not in loaded
+
+
 def test_a_command_registers_only_itself() -> None:
     """`meshplan profiles` imports its own module and none of the other commands'; `--help` imports them all."""
     alone = _loaded_after(_cli("profiles"))
