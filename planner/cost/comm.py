@@ -63,6 +63,8 @@ class _Store:
         self.measured = MeasuredComm(topology)  # calibrated per-kind costs, where the profile has them
         self.columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.group_coeffs = GroupCoeffCache()  # `dp_groups.dp_group_coeffs`'s, per distinct key
+        # A world-free view's (a, b) per (kind, packed (size, stride)): asked once per pattern, whatever the world
+        self.patterns: dict[tuple[str, int], tuple[float, float]] = {}
         self.disk = None
         if type(topology) is Topology:  # not the search's optimistic views, whose answers differ
             from planner.cost import comm_cache
@@ -163,13 +165,20 @@ class AxisBandwidth:
         """Ask the topology for the packed keys `new` (none cached yet) and merge them into the table (once per
         group pattern where the answer does not depend on the world)."""
         ask, spread = new, None
+        # All-to-all goes to the real topology even from a capacity-only view (`solver.bounds`), so it keeps its world.
+        patterns = self._store.patterns if self._world_free and kind != "all_to_all" else None
         if self._world_free:
             _, first, spread = np.unique(new >> _FIELD_BITS, return_index=True, return_inverse=True)
             ask = new[first]
         new_a, new_b = np.empty(len(ask)), np.empty(len(ask))
         for i, k in enumerate(ask.tolist()):
-            n, st, w = k >> (2 * _FIELD_BITS), (k >> _FIELD_BITS) & _FIELD_MASK, k & _FIELD_MASK
-            new_a[i], new_b[i], _ = self.coeffs(kind, (w // (n * st), n, st), 1)
+            hit = None if patterns is None else patterns.get((kind, k >> _FIELD_BITS))
+            if hit is None:
+                n, st, w = k >> (2 * _FIELD_BITS), (k >> _FIELD_BITS) & _FIELD_MASK, k & _FIELD_MASK
+                hit = self.coeffs(kind, (w // (n * st), n, st), 1)[:2]
+                if patterns is not None:
+                    patterns[kind, k >> _FIELD_BITS] = hit
+            new_a[i], new_b[i] = hit
         if spread is not None:
             new_a, new_b = new_a[spread.reshape(-1)], new_b[spread.reshape(-1)]
         keys, a, b = self._store.columns.get(kind, _EMPTY)

@@ -24,6 +24,7 @@ from planner.solver import bounds
 from planner.solver.bounds import dp_bound_s
 from planner.solver.exact import brute_force
 from planner.solver.space import Pins, SearchLimits
+from planner.topology import Topology
 from tests.unit.test_search_bounds import setups
 
 
@@ -71,3 +72,27 @@ def test_dp_bound_counts_latency_on_large_sharding_groups(monkeypatch) -> None:
     bandwidth_only = dp_bound_s(ctx, table)
     assert np.all(bandwidth_only <= bound)
     assert np.all(bandwidth_only[table["dp"] * table["cp"] > 1] < bound[table["dp"] * table["cp"] > 1])
+
+
+def test_the_capacity_only_view_asks_each_group_pattern_once_whatever_the_world(monkeypatch) -> None:
+    """Its answers depend on a group's size and stride alone, so a pattern is asked of the topology once, across
+    calls over different worlds, and each call answers what a fresh view asked about that world alone answers."""
+    cluster = hardware_profiles.cluster("dgx-h100", gpus=256)
+    topology = Topology(cluster)
+    asked = []
+    real = topology.axis_collective_bound
+
+    def counted(kind, mesh_shape, axis):
+        asked.append((kind, mesh_shape[axis], mesh_shape[axis + 1]))
+        return real(kind, mesh_shape, axis)
+
+    monkeypatch.setattr(topology, "axis_collective_bound", counted)
+    view = AxisBandwidth(bounds._OptimisticTopology(topology, set()))
+    size, stride = np.array([3, 3, 6, 3]), np.array([8, 1, 4, 8])  # size x stride never divides 256 GPUs
+    for world in (48, 96, 192):
+        for kind in ("all_reduce", "p2p"):
+            got = view.columns(kind, size, stride, np.full(4, world))
+            fresh = AxisBandwidth(bounds._OptimisticTopology(Topology(cluster), set()))
+            want = fresh.columns(kind, size, stride, np.full(4, world))
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert sorted(asked) == sorted(set(asked)) and len(asked) == 6  # 3 patterns x 2 kinds
