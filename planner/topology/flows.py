@@ -49,16 +49,30 @@ class Loads:
     def add(self, cls: str, idx: np.ndarray, w: np.ndarray | float) -> None:
         if len(idx) == 0:
             return
-        sidx = _skew(idx)
+        if np.isscalar(w):
+            self.add_counts(cls, self.counts(idx), w)
+        else:
+            self._add_to(cls, np.bincount(_skew(idx), weights=w))
+
+    @staticmethod
+    def counts(idx: np.ndarray) -> np.ndarray:
+        """How often each edge occurs in `idx`, at skewed indices: for `add_counts`, where several classes take
+        loads over the same edges (a ring's hops leave and enter through the same NICs)."""
+        return np.bincount(_skew(idx)) if len(idx) else np.zeros(0, dtype=np.int64)
+
+    def add_counts(self, cls: str, counts: np.ndarray, w: float) -> None:
+        """Add `w` per occurrence (`counts` from `Loads.counts`)."""
+        self._add_to(cls, counts if w == 1.0 else counts * w)  # integer counts add exactly: x * 1.0 is x
+
+    def _add_to(self, cls: str, skewed: np.ndarray) -> None:
+        """Add loads given at skewed indices 0..len-1 (the slots above get nothing: the same as adding 0.0)."""
+        top = len(skewed)
+        if top == 0:
+            return
         arr = self.arr[cls]
-        top = int(sidx.max()) + 1
         if top > len(arr):
             arr = self.arr[cls] = np.concatenate([arr, np.zeros(top - len(arr))])
-        if np.isscalar(w):
-            counts = np.bincount(sidx, minlength=len(arr))
-            arr += counts if w == 1.0 else counts * w  # integer counts add exactly: x * 1.0 is x
-        else:
-            arr += np.bincount(sidx, weights=w, minlength=len(arr))
+        arr[:top] += skewed
 
     def load(self, cls: str) -> np.ndarray:
         """Loads of class `cls` at plain edge indices."""
@@ -120,23 +134,45 @@ def _add_intra(loads: Loads, a: np.ndarray, b: np.ndarray, w) -> None:
     loads.add("sw_down", lay.sw[b][cross], _pick(w, cross))
 
 
-def _add_net(loads: Loads, sg: np.ndarray, x: np.ndarray, y: np.ndarray, dg: np.ndarray, w) -> None:
-    """Flows GPU sg -> NIC x -> switch tree -> NIC y -> GPU dg."""
+def _add_net(loads: Loads, sg: np.ndarray, x: np.ndarray, y: np.ndarray, dg: np.ndarray, w, *,
+             mirrored: bool = False) -> None:
+    """Flows GPU sg -> NIC x -> switch tree -> NIC y -> GPU dg.
+
+    `mirrored`: the (dg, y) pairs are the (sg, x) pairs in another order (a ring's hops: every member is entered
+    once and left once). With one weight for all, the receiving ends then load the same edges as many times as
+    the sending ends, and their counts are taken once; each class gets the same additions in the same order."""
     lay = loads.lay
     if len(sg) and ((x < 0).any() or (y < 0).any()):
         raise ValueError("a group spans hosts without NICs; the cluster profile needs nics on every host")
     s1, t1 = lay.sw[sg], lay.nic_sw[x]
     m = s1 != t1
-    loads.add("pcie_up", sg, w)
-    loads.add("sw_up", s1[m], _pick(w, m))
-    loads.add("sw_down", t1[m & (t1 >= 0)], _pick(w, m & (t1 >= 0)))
-    loads.add("nicpcie_down", x, w)
-    loads.add("nic_up", x, w)
+    up_sw, down_sw = s1[m], t1[m & (t1 >= 0)]
+    shared = mirrored and np.isscalar(w)
+    if shared:
+        gpus, nics, ups, downs = (loads.counts(a) for a in (sg, x, up_sw, down_sw))
+        loads.add_counts("pcie_up", gpus, w)
+        loads.add_counts("sw_up", ups, w)
+        loads.add_counts("sw_down", downs, w)
+        loads.add_counts("nicpcie_down", nics, w)
+        loads.add_counts("nic_up", nics, w)
+    else:
+        loads.add("pcie_up", sg, w)
+        loads.add("sw_up", up_sw, _pick(w, m))
+        loads.add("sw_down", down_sw, _pick(w, m & (t1 >= 0)))
+        loads.add("nicpcie_down", x, w)
+        loads.add("nic_up", x, w)
     for k in range(lay.num_levels - 1):
         ax, ay = lay.anc[k][x], lay.anc[k][y]
         c = ax != ay
         loads.add(f"lvl{k}_up", ax[c], _pick(w, c))
         loads.add(f"lvl{k}_down", ay[c], _pick(w, c))
+    if shared:  # the same multisets as the sending side's (docstring)
+        loads.add_counts("nic_down", nics, w)
+        loads.add_counts("nicpcie_up", nics, w)
+        loads.add_counts("sw_up", downs, w)
+        loads.add_counts("sw_down", ups, w)
+        loads.add_counts("pcie_down", gpus, w)
+        return
     loads.add("nic_down", y, w)
     loads.add("nicpcie_up", y, w)
     t2, s2 = lay.nic_sw[y], lay.sw[dg]
@@ -179,7 +215,7 @@ def ring(loads: Loads, G: np.ndarray) -> np.ndarray:
     if not same.any():  # every GPU in its own unit (e.g. data parallel across hosts): one channel per hop
         g, x = G.ravel(), nics.ravel()
         gd, xd = nxt.ravel(), np.roll(nics, -1, axis=1).ravel()
-        _add_net(loads, g, x, xd, gd, 1.0)
+        _add_net(loads, g, x, xd, gd, 1.0, mirrored=True)
         return (lat_sum + _net_latency(lay, g, x, xd, gd).reshape(m, n).sum(axis=1)) / n
     new = run_start.copy()
     new[:, 1:] |= nics[:, 1:] != nics[:, :-1]
@@ -199,7 +235,7 @@ def ring(loads: Loads, G: np.ndarray) -> np.ndarray:
     row_start = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))[:-1]])[rows]
     dst = row_start + (pos + cr) % (rr * cr)
     w = 1.0 / cr[0] if (cr == cr[0]).all() else 1.0 / cr
-    _add_net(loads, g, x, x[dst], g[dst], w)
+    _add_net(loads, g, x, x[dst], g[dst], w, mirrored=True)
     c0 = k[rows, cols] == 0
     lat_sum += np.bincount(rows[c0], weights=_net_latency(lay, g[c0], x[c0], x[dst][c0], g[dst][c0]), minlength=m)
     return lat_sum / n

@@ -78,3 +78,30 @@ def test_routed_queries_answer_as_the_plain_minimum(cluster: str) -> None:
             alone, _ = topo._route(kind, [G[:1]])
             assert _same(loads.min_ratio(), _reference_min_ratio(loads))
             assert _same(loads.min_ratio(used=alone), _reference_min_ratio(loads, alone))
+
+
+@pytest.mark.parametrize("cluster", ["dgx-h100", "dgx-a100", "gb200-nvl72", "pcie-4xl40s", "hetero-a100-h100"])
+def test_a_rings_receiving_ends_load_as_when_counted_apart(cluster: str, monkeypatch) -> None:
+    """A ring's net hops enter each NIC, switch and GPU as often as they leave it, so `_add_net(mirrored=True)`
+    takes the receiving ends' counts from the sending ends': the loads must be the ones counted apart, bit for bit."""
+    sized = {"gb200-nvl72": 1152, "pcie-4xl40s": 64}
+    topo = Topology(hp.cluster(cluster, gpus=sized[cluster]) if cluster in sized else hp.cluster(cluster))
+    n = topo.num_gpus
+    real, shared_calls = flows._add_net, []
+
+    def apart(*args, mirrored=False, **kwargs):
+        shared_calls.append(mirrored and np.isscalar(args[5]))
+        return real(*args, **kwargs)
+
+    for shape, axis in (((n // 8, 8), 0), ((n // 8, 8), 1), ((n // 16, 4, 4), 1), ((2, n // 4, 2), 1), ((n // 2, 2), 0)):
+        G = np.sort(topo._mesh_block(shape, axis, None), axis=1)
+        shared = flows.Loads(topo.layout)
+        lat_shared = flows.ring(shared, G)
+        monkeypatch.setattr(flows, "_add_net", apart)
+        counted = flows.Loads(topo.layout)
+        lat_counted = flows.ring(counted, G)
+        monkeypatch.undo()
+        assert lat_shared.tobytes() == lat_counted.tobytes()
+        for cls in counted.arr:
+            assert shared.load(cls).tobytes() == counted.load(cls).tobytes(), (shape, axis, cls)
+    assert any(shared_calls)  # the shared path ran
