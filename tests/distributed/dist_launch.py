@@ -39,24 +39,31 @@ def torchrun(nproc: int, args: list[str], *, timeout_s: float, cwd: Path = REPO)
     binds it a second or two later, after importing torch, so a process launched beside it (the other test
     worker's torchrun) can take it first, and rank 0 then fails with EADDRINUSE. That race is the launcher's,
     not the code under test: such a launch is retried once, on new ports; any other failure is returned."""
+
+    def command() -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr",
+                "127.0.0.1", *args], cpu_env()
+
+    return _launch(command, timeout_s=timeout_s, cwd=cwd)
+
+
+def forked(nproc: int, args: list[str], *, timeout_s: float, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The same ranks as `torchrun(nproc, args)`, forked from one process that imported torch and the executor
+    once (fork_launch.py): for tests of what the ranks compute, not of the launcher. Same port-race retry."""
+
+    def command() -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, str(Path(__file__).with_name("fork_launch.py")), str(nproc), *args], {
+            **cpu_env(), "MASTER_PORT": str(free_port())}
+
+    return _launch(command, timeout_s=timeout_s, cwd=cwd)
+
+
+def _launch(command, *, timeout_s: float, cwd: Path) -> subprocess.CompletedProcess:
+    """Runs `command()` (a fresh argv and environment per attempt); once more if rank 0 found its port taken."""
     for attempt in range(2):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(nproc),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{free_port()}",
-            "--local-addr",
-            "127.0.0.1",
-            *args,
-        ]
-        proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=timeout_s)
+        cmd, env = command()
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode == 0 or PORT_TAKEN not in proc.stderr or attempt:
             return proc
     return proc

@@ -1,4 +1,6 @@
-"""DCP checkpoints: save on one mesh, resume on another, continue exactly (real `python -m executor` runs).
+"""DCP checkpoints: save on one mesh, resume on another, continue exactly (real `python -m executor` runs, their
+ranks forked by dist_launch.forked: the launcher is not what these check; `meshplan run` under torchrun resumes
+in test_faults.py and test_lost_gpus.py).
 
 Run A (dp=2 x tp=2, ZeRO-3) trains 3 steps and checkpoints at step 2. Run B (dp=2, ZeRO-3, on 2 ranks: the
 2-D shards are re-cut into 1-D ones as they would be over 4) and run C (pp=2 x tp=2, 1F1B) each resume from that checkpoint and train step 3: their step-3 loss must equal run A's
@@ -20,7 +22,7 @@ import json
 from pathlib import Path
 
 import pytest
-from dist_launch import tail, torchrun
+from dist_launch import forked, tail
 from dist_plans import TINY_GPT, make_plan
 
 from planner.layout import Layout
@@ -40,7 +42,7 @@ def _run(tmp: Path, layout: Layout, name: str, extra: list[str], model: str | di
     plan = tmp / f"{name}.json"
     plan.write_text(make_plan(model, layout).to_json())
     run_dir = tmp / name
-    proc = torchrun(
+    proc = forked(
         layout.world_size,
         ["-m", "executor", str(plan), "--run-dir", str(run_dir), "--checkpoint-dir", str(tmp / "ckpt"),
          "--lr", str(LR), *extra],

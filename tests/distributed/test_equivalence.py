@@ -44,9 +44,10 @@ all-to-all split sizes are uneven (under ep=4 one EP rank receives no row at all
 assignments are provably dropped. The worker logs every MoE call and `test_moe_routing_is_uneven_and_starves
 _an_expert` checks that this routing really happened, so the equivalence above covers it.
 
-Layouts are grouped into one torchrun launch per world size (2, 4, 8 ranks) to keep the launch overhead
+Layouts are grouped into one launch per world size (2, 4, 8 ranks) to keep the launch overhead
 (~5-20 s per launch on the 2-core CI machine) paid three times; each launch runs its layouts one after
-another in the same process group.
+another in the same process group. The ranks are forked from one process that imported torch and the executor
+once (dist_launch.forked): what is checked here is what the ranks compute, not the launcher.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import json
 from typing import Any
 
 import pytest
-from dist_launch import REPO, tail, torchrun
+from dist_launch import REPO, forked, tail
 from dist_plans import STEERING, TINY_GPT, TINY_MOE_CAPACITY, TINY_MOE_STEERED, model_spec
 from equivalence_checks import assert_matches_reference
 from equivalence_worker import SEQ_LEN, STEPS
@@ -180,7 +181,7 @@ def results(tmp_path_factory):
             cases, out = folder / "cases.json", folder / "results.jsonl"
             cases.write_text(json.dumps(GROUPS[world]))
             worker = str(REPO / "tests" / "distributed" / "equivalence_worker.py")
-            proc = torchrun(world, [worker, str(cases), str(out)], timeout_s=LAUNCH_TIMEOUT_S[world])
+            proc = forked(world, [worker, str(cases), str(out)], timeout_s=LAUNCH_TIMEOUT_S[world])
             rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
             cache[world] = {r["name"]: r for r in rows}
             cache[world]["__launch__"] = {"proc": proc}

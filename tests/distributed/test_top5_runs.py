@@ -1,6 +1,6 @@
 """Every plan in the planner's top 5 runs on the executor and trains what one process trains (CPU, gloo).
 
-On 4 local ranks, global batch 8 of 64 tokens, one launch:
+On 4 local ranks, global batch 8 of 64 tokens, one launch (ranks forked by dist_launch.forked):
 - the tiny dense model: the five best plans (`meshplan plan --model tiny --cluster local-cpu --gpus 4
   --global-batch 8 --top 5`), layer partitions included;
 - the tiny MoE model (4 experts, top 2, a shared expert): its three best plans, and the best plan with
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from dist_launch import REPO, tail, torchrun
+from dist_launch import REPO, forked, tail
 from equivalence_checks import assert_matches_reference
 
 import hardware_profiles
@@ -53,7 +53,7 @@ def test_every_plan_of_the_top5_matches_one_process(tmp_path) -> None:
     assert {c["layout"]["ep"] for c in cases} >= {1, 2, 4}
     path, out = tmp_path / "cases.json", tmp_path / "results.jsonl"
     path.write_text(json.dumps(cases))
-    proc = torchrun(RANKS, [str(REPO / "tests" / "distributed" / "equivalence_worker.py"), str(path), str(out)],
+    proc = forked(RANKS, [str(REPO / "tests" / "distributed" / "equivalence_worker.py"), str(path), str(out)],
                     timeout_s=500)
     rows = {r["name"]: r for r in map(json.loads, out.read_text().splitlines())} if out.exists() else {}
     for case in cases:
