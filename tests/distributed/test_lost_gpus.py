@@ -9,8 +9,9 @@ tolerance (1e-6 relative): the world size changes the reduction
 order, so not bit for bit. A resume that restored nothing would report the untrained model's loss, far
 outside the tolerance (checked).
 
-Two launches: 4 ranks by torchrun, 2 ranks by `meshplan run` (half the processes of an 8 -> 4 version,
-on the 2-core CI machine, through the same code paths).
+Two launches: 4 ranks forked by dist_launch.forked (`python -m executor`, as torchrun would start it), 2 ranks by
+`meshplan run` under torchrun (half the processes of an 8 -> 4 version, on the 2-core CI machine, through the
+same code paths).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dist_launch import cpu_env, tail, torchrun
+from dist_launch import cpu_env, forked, tail
 from dist_plans import make_plan
 from test_checkpoint_resume import _untrained_loss
 
@@ -56,7 +57,7 @@ def test_resume_on_half_the_gpus_after_a_replan(tmp_path: Path) -> None:
     assert old.world_size == 4
     old_path, ckpt = tmp_path / "old.json", tmp_path / "ckpt"
     old_path.write_text(old.to_json())
-    proc = torchrun(4, ["-m", "executor", str(old_path), "--steps", "4", "--run-dir", str(tmp_path / "old"),
+    proc = forked(4, ["-m", "executor", str(old_path), "--steps", "4", "--run-dir", str(tmp_path / "old"),
                         "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--lr", str(LR)], timeout_s=300, cwd=tmp_path)
     assert proc.returncode == 0, tail(proc)
     before = _losses(tmp_path / "old" / "metrics.jsonl")
