@@ -1,4 +1,5 @@
-"""Launch helpers for the multi-process tests: torchrun on 127.0.0.1 with a free port, CPU/gloo settings."""
+"""Launch helpers for the multi-process tests: torchrun on 127.0.0.1 with a free port, or the same ranks forked from
+one process that imported torch once (fork_launch.py); CPU/gloo settings."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ Nothing is forked while a thread other than torch's own idle one runs (fork copi
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import runpy
 import signal
@@ -30,10 +29,16 @@ TORCH_THREADS = len(os.listdir("/proc/self/task"))
 """Threads after `import torch` alone (it starts one idle native thread): the state DataLoader's fork-started
 workers are forked in. The imports below must start no more."""
 
-PRELOAD = ("torch._dynamo", "torch.distributed", "torch.distributed.checkpoint", "torch.distributed.pipelining",
-           "executor.train")
-"""Imported once here and inherited by every rank (torch._dynamo: FSDP and TP import it when a plan first builds
-a DTensor)."""
+
+def _preload() -> None:
+    """What every rank imports, imported once here and inherited (torch._dynamo: FSDP and TP import it when a
+    plan first builds a DTensor)."""
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.pipelining  # noqa: F401
+
+    import executor.train  # noqa: F401
+
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,8 +69,7 @@ def _run_rank(rank: int, nproc: int, target: list[str]) -> int:
 
 def main() -> int:
     nproc, target = int(sys.argv[1]), sys.argv[2:]
-    for name in PRELOAD:
-        importlib.import_module(name)
+    _preload()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
         raise SystemExit("fork_launch: set MASTER_PORT")
