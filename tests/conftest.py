@@ -72,24 +72,3 @@ def order(item: pytest.Item) -> tuple[int, int]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=order)  # stable: file order within a tier
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - xdist's scheduler hook
-    """`--dist loadfile`, with a file handed to a worker only when it is down to its last test of the files it
-    holds (xdist's own rule: down to two), so that a worker does not hold a queued file of several minutes of
-    launches while the other one runs out of work (a multi-process file has only a few, long tests)."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class OneFileAhead(LoadFileScheduling):
-        def _reschedule(self, node) -> None:  # noqa: ANN001
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) <= 1:  # a worker runs a test once it holds the next
-                self._assign_work_unit(node)
-
-    return OneFileAhead(config, log)
