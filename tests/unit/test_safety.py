@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from cli_inputs import check_refusal, invoke, write
+from loopback_ports import free_port, run_retrying_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("planner", "executor", "hardware_profiles", "benchmarks", "tests", "notebooks")
@@ -218,23 +219,18 @@ def test_a_model_named_like_a_module_is_only_a_label(tmp_path: Path, name: str) 
     data["inputs"]["model"]["source"] = "__import__('os').system('touch " + str(tmp_path / "RAN") + "')"
     data["inputs"]["model_fingerprint"] = ""
     path = write(tmp_path / "p.json", data)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(canary), str(ROOT)]), RANK="0", LOCAL_RANK="0",
-               WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "executor", str(path), "--steps", "1", "--run-dir", str(tmp_path / "run")],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    def command() -> tuple[list[str], dict[str, str]]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(canary), str(ROOT)]), RANK="0", LOCAL_RANK="0",
+                   WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   OMP_NUM_THREADS="1")
+        return [sys.executable, "-m", "executor", str(path), "--steps", "1", "--run-dir", str(tmp_path / "run")], env
+
+    proc = run_retrying_port(command, timeout_s=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]
     assert not (tmp_path / "IMPORTED").exists() and not (tmp_path / "RAN").exists()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_exported_launch_script_runs_no_injected_command(tmp_path: Path) -> None:
