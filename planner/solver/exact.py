@@ -21,8 +21,8 @@ Steps 1-3 depend on the input only and are shared by later searches of the same 
    capacity-only cost that is never slower than the topology's (`bounds.optimistic_bw`; memory is exact, and
    only the rows that fit are timed: `cost.evaluate.evaluate_fitting`), then exactly (`evaluate_table`'s
    numbers, the first pass's layer costs and memory re-assembled with the real DP and PP collectives:
-   `cost.evaluate.evaluate_again`), only for the rows that fit and whose first-pass time can still beat the K-th best, in increasing first-pass time
-   and in growing chunks, stopping once it passes the K-th best found so far (`passes.exact_pass`). The K-th best
+   `cost.evaluate.evaluate_again`), only for the rows that fit and whose first-pass time can still beat the
+   K-th best, in increasing first-pass time and in growing chunks, stopping once it passes the K-th best found so far (`passes.exact_pass`). The K-th best
    tightens after every chunk, so most rows of a batch are skipped by their bound. Most exact DP/PP topology
    queries (one per distinct group pattern, milliseconds each on 65,536 GPUs) are never asked. Rows are
    ranked by score, then by arrival (visit order of their shapes, then table order): the top K is the one

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dist_launch import cpu_env, free_port
+from dist_launch import cpu_env
 from dist_plans import make_plan
+from loopback_ports import free_port
 
 from planner.layout import Layout
 
