@@ -151,6 +151,14 @@ class GPUProfile(Sourced):
         description="Fraction by which compute slows while collectives overlap it (NCCL's SMs and HBM traffic) (1); "
         "null: the cost model's default (planner.cost.interference).",
     )
+    sm_count: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Streaming multiprocessors (compute units) of the GPU (count): with it, a collective that leaves "
+        "the host slows overlapped compute only by the SMs NCCL drives its NICs with (planner.cost.interference); "
+        "null: every collective takes comm_overlap_slowdown.",
+    )
     nvlink_bandwidth_Bps: float = Field(
         ge=0,
         description="GPU-to-GPU scale-up bandwidth per GPU per direction (bytes/s): NVLink, or the vendor's "

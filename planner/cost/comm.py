@@ -405,6 +405,7 @@ def dp_time_s(
     layers: np.ndarray,
     pp: np.ndarray,
     zero_bubble: np.ndarray | None = None,
+    slowdown: np.ndarray | None = None,
 ) -> np.ndarray:
     """Exposed data-parallel time per step on one pipeline rank holding `params` parameters.
 
@@ -426,7 +427,8 @@ def dp_time_s(
     gradient traffic hides behind the last micro-batch's backward, per-step parameter gathers behind the next
     step's first forward, and per-micro-batch traffic behind that micro-batch's forward/backward; only the
     excess is exposed, plus one layer's bucket (the first gather / last reduction cannot overlap), and the
-    overlapped part slows the compute beside it (interference.py).
+    overlapped part slows the compute beside it by `slowdown` per row (`interference.data_group_slowdown`: the
+    SMs NCCL takes for the row's DP group; the GPU family's factor where not given).
     Under pipeline parallelism (pp > 1) the pipeline schedule owns gradient synchronisation
     (memory.state_sharding_stage): ZeRO-2 reduces once per step like ZeRO-1; ZeRO-3 gathers W for the first
     forward and for every micro-batch's backward (the forward reshards, the backward does not) and reduces G
@@ -456,7 +458,7 @@ def dp_time_s(
         # nothing hides (measured: a 4-rank ZeRO-1 step waits out every unit's
         # reduce-scatter; see planner/cost/host_share.py for how CPU work shares cores).
         window_fwd_s, window_bwd_s = np.zeros_like(window_fwd_s), np.zeros_like(window_bwd_s)
-    factor = interference.slowdown(ctx)
+    factor = interference.slowdown(ctx) if slowdown is None else slowdown
 
     def hidden(comm, window):
         return interference.exposed_s(comm, window, bucket, factor)

@@ -142,6 +142,32 @@ def test_interference_of_overlapped_communication() -> None:
     assert interference.slowdown(ctx_for("pytorch", dtype="fp32", cluster="local-cpu")) == 0.0
 
 
+def _data_rows(**columns: list[int]) -> dict[str, np.ndarray]:
+    rows = len(next(iter(columns.values())))
+    base = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "dp_shard": 1, "order": 0}
+    return {k: np.asarray(columns.get(k, [v] * rows), dtype=np.int64) for k, v in base.items()}
+
+
+def test_collectives_that_leave_the_host_slow_compute_by_the_sms_nccl_drives_the_nics_with() -> None:
+    """NVIDIA/nccl#689: 2 SMs per NIC port of up to 25 GB/s. DGX H100: NDR ports (50 GB/s) take 4 SMs each of 132."""
+    ctx = make_context(MODEL, hardware_profiles.cluster("dgx-h100", nodes=4), Workload(global_batch=32, seq_len=4096,
+                                                                                         runtime="megatron"))
+    rows = _data_rows(tp=[8, 4, 1, 1, 2], dp=[4, 8, 32, 8, 4], pp=[1, 1, 1, 4, 4])
+    got = interference.data_group_slowdown(ctx, rows)
+    # tp8 x dp4: one rank per host, one port, 4 SMs; tp4 x dp8: two ranks per host, 8 SMs; tp1 x dp32: eight ports,
+    # 32 SMs -> 32/100, capped at the family's 0.189; tp1 x dp8 x pp4 and tp2 x dp4 x pp4: the group stays on its
+    # host (NVLink): the family's factor.
+    assert got.tolist() == pytest.approx([4 / 128, 8 / 124, 0.189, 0.189, 0.189])
+    # A100 HDR ports (25 GB/s): 2 SMs each of 108.
+    a100 = make_context(MODEL, hardware_profiles.cluster("dgx-a100", nodes=4), Workload(global_batch=32, seq_len=4096))
+    assert interference.data_group_slowdown(a100, _data_rows(tp=[8], dp=[4])).tolist() == pytest.approx([2 / 106])
+    # One host, or a GPU profile without an SM count: the family's factor for every row.
+    one_host = make_context(MODEL, hardware_profiles.cluster("dgx-h100", nodes=1), Workload(global_batch=8, seq_len=4096))
+    assert interference.data_group_slowdown(one_host, _data_rows(tp=[1, 8], dp=[8, 1])).tolist() == [0.189, 0.189]
+    ctx.gpu = ctx.gpu.model_copy(update={"sm_count": None})
+    assert interference.data_group_slowdown(ctx, rows).tolist() == [0.189] * 5
+
+
 def test_tp_overlap_hides_its_share_behind_the_gemms() -> None:
     on = ctx_for("megatron", tp_comm_overlap=True)
     share = RUNTIME_COSTS["megatron"].tp_overlap_hidden
