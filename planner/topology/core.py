@@ -105,7 +105,9 @@ class Topology:
             raise ValueError("a group lists a GPU twice")
         return arr
 
-    def _route(self, kind: str, blocks: list[np.ndarray], *, rows_sorted: bool = False) -> tuple[flows.Loads, list[np.ndarray]]:
+    def _route(self, kind: str, blocks: list[np.ndarray], *, rows_sorted: bool = False,
+               periods: int = 1) -> tuple[flows.Loads, list[np.ndarray]]:
+        """Loads and per-row latencies of `blocks` (`periods`: rings given by their first two windows, `flows.ring`)."""
         loads = flows.Loads(self.layout)
         lats = []
         for G in blocks:
@@ -116,7 +118,7 @@ class Topology:
             elif kind == "all_to_all":
                 lats.append(flows.all_to_all(loads, G))
             else:
-                lats.append(flows.ring(loads, G if rows_sorted else np.sort(G, axis=1)))
+                lats.append(flows.ring(loads, G if rows_sorted else np.sort(G, axis=1), periods))
         return loads, lats
 
     def _estimate(self, kind: str, n: int, ratio: tuple[float, str, int], hop: float, groups: int) -> CollectiveEstimate:
@@ -182,16 +184,21 @@ class Topology:
         if G.shape[1] <= 1:
             est = CollectiveEstimate.trivial(kind, G.shape[0])
         else:
-            rows = None
+            rows, periods = None, None
             if ranks is None:
                 shape, a = key[1], key[2] % len(key[1])
-                rows = symmetry.representative_rows(self.period, math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:]))
+                stride = math.prod(shape[a + 1:])
+                rows = symmetry.representative_rows(self.period, math.prod(shape[:a]), shape[a], stride)
+                if kind not in ("p2p", "all_to_all"):  # a ring whose windows repeat: route two of them
+                    periods = symmetry.ring_periods(self.period, shape[a], stride)
             route_key = (kind, G.shape[1], int(G[0, 1] - G[0, 0]), rows) if rows is not None else None
             routed = self._route_cache.get(route_key) if route_key else None
             if routed is None:
                 # rows of a mesh over ascending ranks are already ascending
                 part = G if rows is None else G[:rows]
-                loads, lat = self._route(kind, [part], rows_sorted=ranks is None)
+                if periods:  # the rows are those of the first block (rows = stride): their first two windows
+                    part = part[:, : 2 * G.shape[1] // periods]
+                loads, lat = self._route(kind, [part], rows_sorted=ranks is None, periods=periods or 1)
                 routed = (loads.min_ratio(), float(lat[0].max()))
                 if route_key:
                     self._route_cache[route_key] = routed
