@@ -105,7 +105,9 @@ class Topology:
             raise ValueError("a group lists a GPU twice")
         return arr
 
-    def _route(self, kind: str, blocks: list[np.ndarray], *, rows_sorted: bool = False) -> tuple[flows.Loads, list[np.ndarray]]:
+    def _route(self, kind: str, blocks: list[np.ndarray], *, rows_sorted: bool = False,
+               periods: int = 1) -> tuple[flows.Loads, list[np.ndarray]]:
+        """Loads and per-row latencies of `blocks` (`periods`: rings given by their first two windows, `flows.ring`)."""
         loads = flows.Loads(self.layout)
         lats = []
         for G in blocks:
@@ -116,7 +118,7 @@ class Topology:
             elif kind == "all_to_all":
                 lats.append(flows.all_to_all(loads, G))
             else:
-                lats.append(flows.ring(loads, G if rows_sorted else np.sort(G, axis=1)))
+                lats.append(flows.ring(loads, G if rows_sorted else np.sort(G, axis=1), periods))
         return loads, lats
 
     def _estimate(self, kind: str, n: int, ratio: tuple[float, str, int], hop: float, groups: int) -> CollectiveEstimate:
@@ -153,20 +155,26 @@ class Topology:
         return self._mesh_block(tuple(mesh_shape), axis, ranks).tolist()
 
     def _mesh_block(self, mesh_shape: tuple[int, ...], axis: int, ranks: Sequence[int] | None) -> np.ndarray:
-        if not mesh_shape or any(int(s) < 1 for s in mesh_shape):
-            raise ValueError(f"mesh_shape {mesh_shape} must be positive integers")
-        size = math.prod(mesh_shape)
-        if not -len(mesh_shape) <= axis < len(mesh_shape):
-            raise ValueError(f"axis {axis} out of range for a {len(mesh_shape)}-d mesh")
+        size = self._check_mesh(mesh_shape, axis, ranks is None)
         if ranks is None:
-            if size > self.num_gpus:
-                raise ValueError(f"mesh {mesh_shape} needs {size} GPUs; the cluster has {self.num_gpus}")
             arr = np.arange(size, dtype=np.int64)
         else:
             arr = self._as_block(ranks)
             if len(arr) != size:
                 raise ValueError(f"mesh {mesh_shape} needs {size} ranks; got {len(arr)}")
         return np.moveaxis(arr.reshape(mesh_shape), axis, -1).reshape(-1, mesh_shape[axis])
+
+    def _check_mesh(self, mesh_shape: tuple[int, ...], axis: int, on_ranks: bool) -> int:
+        """The mesh's size, after checking its shape and axis (and, `on_ranks`, that ranks 0..size-1 exist)."""
+        if not mesh_shape or any(int(s) < 1 for s in mesh_shape):
+            raise ValueError(f"mesh_shape {mesh_shape} must be positive integers")
+        size = math.prod(mesh_shape)
+        if not -len(mesh_shape) <= axis < len(mesh_shape):
+            raise ValueError(f"axis {axis} out of range for a {len(mesh_shape)}-d mesh")
+        if on_ranks and size > self.num_gpus:
+            raise ValueError(f"mesh {mesh_shape} needs {size} GPUs; the cluster has {self.num_gpus}")
+        return size
+
 
     def axis_collective(
         self, kind: str, mesh_shape: tuple[int, ...], axis: int, ranks: Sequence[int] | None = None
@@ -178,24 +186,36 @@ class Topology:
         hit = self._axis_cache.get(key)
         if hit is not None:
             return hit
-        G = self._mesh_block(key[1], key[2], ranks)
-        if G.shape[1] <= 1:
-            est = CollectiveEstimate.trivial(kind, G.shape[0])
+        if ranks is not None:
+            G = self._mesh_block(key[1], key[2], ranks)
+            outer, n, stride = 1, G.shape[1], 0
+        else:  # groups of a mesh over ranks 0..: built only as far as they are routed (`_leading_groups`)
+            shape, a = key[1], key[2] % max(len(key[1]), 1)
+            self._check_mesh(shape, key[2], True)
+            outer, n, stride = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
+        groups = outer * stride if ranks is None else G.shape[0]
+        if n <= 1:
+            est = CollectiveEstimate.trivial(kind, groups)
         else:
-            rows = None
+            rows, periods = None, None
             if ranks is None:
-                shape, a = key[1], key[2] % len(key[1])
-                rows = symmetry.representative_rows(self.period, math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:]))
-            route_key = (kind, G.shape[1], int(G[0, 1] - G[0, 0]), rows) if rows is not None else None
+                rows = symmetry.representative_rows(self.period, outer, n, stride)
+                if kind not in ("p2p", "all_to_all"):  # a ring whose windows repeat: route two of them
+                    periods = symmetry.ring_periods(self.period, n, stride)
+            route_key = (kind, n, stride, rows) if rows is not None else None
             routed = self._route_cache.get(route_key) if route_key else None
             if routed is None:
-                # rows of a mesh over ascending ranks are already ascending
-                part = G if rows is None else G[:rows]
-                loads, lat = self._route(kind, [part], rows_sorted=ranks is None)
+                if ranks is not None:
+                    part = G
+                else:  # rows of a mesh over ascending ranks are already ascending
+                    # periods: the rows are those of the first block (rows = stride), over their first two windows
+                    part = _leading_groups(outer, n, stride, groups if rows is None else rows,
+                                           2 * n // periods if periods else n)
+                loads, lat = self._route(kind, [part], rows_sorted=ranks is None, periods=periods or 1)
                 routed = (loads.min_ratio(), float(lat[0].max()))
                 if route_key:
                     self._route_cache[route_key] = routed
-            est = self._estimate(kind, G.shape[1], routed[0], routed[1], G.shape[0])
+            est = self._estimate(kind, n, routed[0], routed[1], groups)
         self._axis_cache[key] = est
         return est
 
@@ -209,6 +229,13 @@ class Topology:
         if kind not in KINDS:
             raise ValueError(f"unknown collective kind {kind!r}; allowed: {', '.join(KINDS)}")
         return self._optimistic.estimate(kind, tuple(int(s) for s in mesh_shape), int(axis))
+
+
+def _leading_groups(outer: int, n: int, stride: int, rows: int, cols: int) -> np.ndarray:
+    """Rows 0..rows-1, columns 0..cols-1 of `Topology._mesh_block` over ranks 0.. of the mesh (outer, n, stride),
+    axis 1 (row o * stride + s holds ranks o * n * stride + s + j * stride), without building the whole block."""
+    r = np.arange(rows, dtype=np.int64)
+    return (r // stride * (n * stride) + r % stride)[:, None] + np.arange(cols, dtype=np.int64) * stride
 
 
 def build_topology(cluster: Cluster) -> Topology:

@@ -195,20 +195,35 @@ def _net_latency(lay: Layout, sg: np.ndarray, x: np.ndarray, y: np.ndarray, dg: 
     return lat
 
 
-def ring(loads: Loads, G: np.ndarray) -> np.ndarray:
-    """Add the ring traffic of groups G (m, n) (rows sorted by rank); return each row's mean hop latency (s)."""
+def ring(loads: Loads, G: np.ndarray, periods: int = 1) -> np.ndarray:
+    """Add the ring traffic of groups G (m, n) (rows sorted by rank); return each row's mean hop latency (s).
+
+    `periods` > 1: each row is the first two of `periods` windows of a ring whose windows are shifted copies
+    (`planner.topology.symmetry.ring_periods`). The two windows are routed as a ring of their own, which loads
+    their edges as the whole ring does; the latency is the whole ring's: the hop latencies of window 0 (the
+    senders in its n / 2 columns) repeated `periods` times, summed by the same reductions in the same order."""
     lay = loads.lay
     m, n = G.shape
+    sent = n // 2 if periods > 1 else n  # columns whose hops repeat (all of them for a whole ring)
+    members = sent * periods if periods > 1 else n  # ranks per row of the whole ring
+
+    def repeated(rows: np.ndarray, cols: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        """Each row's sum of hop latencies (in column order within a row), over the whole ring."""
+        if periods == 1:
+            return np.bincount(rows, weights=lat, minlength=m)
+        first = cols < sent
+        return np.bincount(np.tile(rows[first], periods), weights=np.tile(lat[first], periods), minlength=m)
+
     U = lay.unit[G]
     nxt = np.roll(G, -1, axis=1)
     same = np.roll(U, -1, axis=1) == U
     a, b = G[same], nxt[same]
     _add_intra(loads, a, b, 1.0)
     lat_sum = np.zeros(m)
-    rows_same = np.nonzero(same)[0]
-    lat_sum += np.bincount(rows_same, weights=_intra_latency(lay, a, b), minlength=m)
+    rows_same, cols_same = np.nonzero(same)
+    lat_sum += repeated(rows_same, cols_same, _intra_latency(lay, a, b))
     if same.all():
-        return lat_sum / n
+        return lat_sum / members
     run_start = np.ones((m, n), dtype=bool)
     run_start[:, 1:] = U[:, 1:] != U[:, :-1]
     nics = lay.nic[G]
@@ -216,7 +231,10 @@ def ring(loads: Loads, G: np.ndarray) -> np.ndarray:
         g, x = G.ravel(), nics.ravel()
         gd, xd = nxt.ravel(), np.roll(nics, -1, axis=1).ravel()
         _add_net(loads, g, x, xd, gd, 1.0, mirrored=True)
-        return (lat_sum + _net_latency(lay, g, x, xd, gd).reshape(m, n).sum(axis=1)) / n
+        hop = _net_latency(lay, g, x, xd, gd).reshape(m, n)
+        if periods > 1:  # (m, members), C order: the same pairwise row sums as the whole ring's
+            hop = np.tile(hop[:, :sent], (1, periods))
+        return (lat_sum + hop.sum(axis=1)) / members
     new = run_start.copy()
     new[:, 1:] |= nics[:, 1:] != nics[:, :-1]
     cs = np.cumsum(new, axis=1)
@@ -237,8 +255,8 @@ def ring(loads: Loads, G: np.ndarray) -> np.ndarray:
     w = 1.0 / cr[0] if (cr == cr[0]).all() else 1.0 / cr
     _add_net(loads, g, x, x[dst], g[dst], w, mirrored=True)
     c0 = k[rows, cols] == 0
-    lat_sum += np.bincount(rows[c0], weights=_net_latency(lay, g[c0], x[c0], x[dst][c0], g[dst][c0]), minlength=m)
-    return lat_sum / n
+    lat_sum += repeated(rows[c0], cols[c0], _net_latency(lay, g[c0], x[c0], x[dst][c0], g[dst][c0]))
+    return lat_sum / members
 
 
 def chain(loads: Loads, G: np.ndarray) -> np.ndarray:

@@ -164,13 +164,17 @@ def _capacities(lay: Layout, cluster: Cluster, gi: np.ndarray, has_su: np.ndarra
         "nic": (gval(lambda g: nic_attr(g, "bandwidth_Bps")), gval(lambda g: nic_attr(g, "latency_s")), gval(lambda g: f"{g.node.nic_link} NIC", object), gval(lambda g: nic_attr(g, "kind", ""), object)),
     }
     index = {"su": host, "pcie": host, "sw": lay.sw_host, "nicpcie": lay.nic_host, "nic": lay.nic_host}
+    # Both directions of a class have the same values: one read-only array serves both (65,536 GPUs: 20 arrays
+    # of 65,536 entries fewer to build and touch).
     for cls, (cap, lat, label, kind) in per_host.items():
         idx = index[cls]
-        for d in ("up", "down"):
-            lay.cap[f"{cls}_{d}"] = cap[idx]
-            lay.lat[f"{cls}_{d}"] = lat[idx]
-            lay.label[f"{cls}_{d}"] = label[idx]
-            lay.link_kind[f"{cls}_{d}"] = kind[idx]
+        for table, per in ((lay.cap, cap), (lay.lat, lat), (lay.label, label), (lay.link_kind, kind)):
+            table[f"{cls}_up"] = table[f"{cls}_down"] = _read_only(per[idx])
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
 
 
 def _network(lay: Layout, cluster: Cluster, rails: int) -> None:

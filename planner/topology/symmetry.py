@@ -23,6 +23,19 @@ subset of the same contributions, summed in the same order; floating-point addit
 load is at most its class-0 twin's and each ratio at least (capacities are equal), its rows' latencies are
 their twins', and its rows take the same code paths (every row is a copy of a class-0 row). The bottleneck,
 the first edge reaching it and the slowest latency are again class 0's, so C <= world is enough.
+
+A ring over many windows (`ring_periods`): with S = lcm(P, stride) (a period too) dividing B, each group
+(s + j*stride, j < n) holds q = S / stride ranks in every S-window of its block, so the groups routed (class 0's)
+are themselves made of shifted copies: the hops whose sender lies in window w are the window-0 hops shifted by
+w*S (the hop that leaves the last window closes the ring into window 0, a copy of the hop from window 0 into
+window 1: every edge serves one window, so both cross at every network level, and the capacities and latencies
+are shift-invariant). Each edge class then gets, per addition, integer counts that repeat window by window. A
+ring over the first two windows only (2q ranks per group, its last hop closing from window 1 back into window 0)
+adds, on the edges of windows 0 and 1, exactly the counts the whole ring adds there, in the same order and with
+the same weight (its closing hop enters window 0 where the whole ring's last hop enters it, and leaves window 1
+where the hop from window 1 into window 2 leaves it), and nothing elsewhere; so the bottleneck and the first
+edge reaching it are the whole ring's (window 0 holds the lowest index of each shifted set), and each group's
+hop latencies are its window-0 hops' repeated once per window (`planner.topology.flows.ring`, `periods`).
 """
 
 from __future__ import annotations
@@ -127,6 +140,16 @@ def period(lay: Layout, domain_hosts: int, level_sizes: list[int]) -> int | None
         if _is_period(lay, owners, P):
             return P
     return None
+
+
+def ring_periods(P: int | None, n: int, stride: int) -> int | None:
+    """How many lcm(P, stride)-windows each group of a ring axis (n ranks `stride` apart) spans, where the ring can
+    be routed over its first two windows only (module docstring), or None. Worth it from three windows on."""
+    if P is None:
+        return None
+    window = math.lcm(P, stride)
+    periods = n * stride // window
+    return periods if (n * stride) % window == 0 and periods > 2 else None
 
 
 def representative_rows(P: int | None, outer: int, n: int, stride: int) -> int | None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import hardware_profiles as hp
 from planner.topology import Topology
-from planner.topology.symmetry import representative_rows
+from planner.topology.symmetry import representative_rows, ring_periods
 
 CLUSTERS = {
     "dgx-h100": dict(gpus=2048),
@@ -75,6 +75,37 @@ def test_partial_super_blocks_equal_full_routing(name: str, n: int, stride: int)
             assert fast.axis_collective(kind, (outer, n, stride), 1) == full.axis_collective(kind, (outer, n, stride), 1)
         checked += 1
     assert checked >= 3
+
+
+def test_ring_periods() -> None:
+    assert ring_periods(None, 2048, 1) is None
+    assert ring_periods(256, 2048, 1) == 8  # one ring over 2,048 GPUs: eight leaf units
+    assert ring_periods(256, 512, 4) == 8
+    assert ring_periods(256, 4, 512) == 4  # one rank per 512-GPU window (lcm(256, 512))
+    assert ring_periods(256, 384, 2) == 3  # three windows: the least worth routing two of
+    assert ring_periods(256, 256, 2) is None  # two windows: the two-window ring is the whole ring
+    assert ring_periods(256, 100, 3) is None  # 300 ranks: not whole windows of lcm(256, 3)
+    assert ring_periods(160, 40, 32) == 8  # dgx-a100: windows of lcm(160, 32) = 160 GPUs
+
+
+@pytest.mark.parametrize("name,n,stride", [
+    ("dgx-h100", 2048, 1), ("dgx-h100", 512, 4), ("dgx-h100", 256, 8), ("dgx-h100", 64, 32), ("dgx-h100", 8, 256),
+    ("dgx-h100", 4, 512), ("dgx-h100", 1024, 2), ("dgx-h100-oversub", 128, 4), ("dgx-h100-oversub", 16, 32),
+    ("dgx-a100", 40, 32), ("dgx-a100", 16, 80), ("dgx-a100", 256, 5), ("dgx-a100", 128, 10),
+    ("gb200-nvl72-4608", 2304, 2), ("gb200-nvl72-4608", 1152, 4), ("gb200-nvl72-4608", 64, 72),
+])
+def test_rings_over_many_windows_equal_full_routing(name: str, n: int, stride: int) -> None:
+    """A ring routed over its first two windows (`ring_periods`) gives the whole ring's bus bandwidth, bottleneck
+    edge and latency, bit for bit, in blocks that tile the cluster or leave GPUs idle."""
+    if name == "gb200-nvl72-4608" and name not in _TOPOS:  # rack-scale NVLink domains: four windows of 1,152 GPUs
+        cluster = hp.cluster("gb200-nvl72", gpus=4608)
+        _TOPOS[name] = (Topology(cluster), Topology(cluster))
+        _TOPOS[name][1].period = None
+    fast, full = _pair(name)
+    assert ring_periods(fast.period, n, stride) is not None  # the two-window path is what this checks
+    for outer in sorted({1, fast.num_gpus // (n * stride)}):
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            assert fast.axis_collective(kind, (outer, n, stride), 1) == full.axis_collective(kind, (outer, n, stride), 1)
 
 
 @settings(max_examples=60, deadline=None)
