@@ -85,17 +85,21 @@ class _ForkServer:
             return subprocess.CompletedProcess([*self.cmd, str(nproc), *args], rc, _read(out), _read(err))
 
     def _answer(self, timeout_s: float) -> int:
-        """The server's answer line for the launch in flight: its exit status."""
-        fd, line, deadline = self.proc.stdout.fileno(), b"", time.monotonic() + timeout_s
-        while not line.endswith(b"\n"):
+        """The server's answer for the launch in flight, its exit status (any other line the server printed,
+        such as an imported module's notice, is passed over)."""
+        fd, buf, deadline = self.proc.stdout.fileno(), b"", time.monotonic() + timeout_s
+        while True:
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.startswith(b'{"rc": '):
+                    return int(json.loads(line)["rc"])
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise TimeoutError(f"launch still running after {timeout_s} s")
             chunk = os.read(fd, 4096)
             if not chunk:
                 raise RuntimeError(f"the fork server ended (exit {self.proc.wait()}) before answering")
-            line += chunk
-        return int(json.loads(line)["rc"])
+            buf += chunk
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

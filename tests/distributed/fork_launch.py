@@ -75,14 +75,19 @@ def _run_rank(rank: int, nproc: int, target: list[str]) -> int:
         return 1
 
 
-def launch(nproc: int, target: list[str]) -> int:
-    """Fork the `nproc` ranks of `target` (this process has done `_preload`); the job's exit status."""
+def _check_threads(expected: int) -> None:
+    threads = len(os.listdir("/proc/self/task"))  # native threads too (an OpenMP pool), not only Python's
+    if threads != expected:
+        raise SystemExit(f"fork_launch: {threads} threads after the imports ({expected} expected)")
+
+
+def launch(nproc: int, target: list[str], *, threads: int = TORCH_THREADS) -> int:
+    """Fork the `nproc` ranks of `target` (this process has done `_preload`, and runs `threads` threads: torch's
+    own, or one in a launcher forked by the server); the job's exit status."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
         raise SystemExit("fork_launch: set MASTER_PORT")
-    threads = len(os.listdir("/proc/self/task"))  # native threads too (an OpenMP pool), not only Python's
-    if threads != TORCH_THREADS:
-        raise SystemExit(f"fork_launch: {threads} threads after the imports ({TORCH_THREADS} after torch's)")
+    _check_threads(threads)
     sys.stdout.flush()
     sys.stderr.flush()
     children: dict[int, int] = {}
@@ -120,7 +125,7 @@ def _served_launch(request: dict) -> int:
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(out, fd)
             os.close(out)
-        return launch(int(request["nproc"]), list(request["target"]))
+        return launch(int(request["nproc"]), list(request["target"]), threads=1)  # a fork keeps only its caller
     except SystemExit as exc:
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
@@ -140,6 +145,7 @@ def serve() -> int:
     _preload()
     for line in sys.stdin:
         request = json.loads(line)
+        _check_threads(TORCH_THREADS)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
