@@ -56,11 +56,11 @@ def tier(item: pytest.Item) -> int:
     return 0 if UNIT in Path(str(item.path)).resolve().parents else 1
 
 
-LONGEST_FIRST = ("test_faults.py", "test_run_replan.py", "test_equivalence.py", "test_run_cli.py",
-                 "test_checkpoint_resume.py")
+LONGEST_FIRST = ("test_faults.py", "test_run_replan.py", "test_equivalence.py", "test_run_cli.py")
 """The distributed files of one to three minutes each (several launches), longest first (measured on the CI machine
 with the whole suite): handed to the workers first, so that the run does not end with one worker on a long file
-while the other has nothing left. The shorter ones (under a minute) fill in after them."""
+while the other has nothing left. The shorter ones (under a minute) fill in after them (test_checkpoint_resume.py
+among them since its seven launches share one fork server: about 30 s)."""
 
 
 def order(item: pytest.Item) -> tuple[int, int]:

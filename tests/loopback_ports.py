@@ -21,13 +21,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def retrying_port(attempt: Callable[[], subprocess.CompletedProcess]) -> subprocess.CompletedProcess:
+    """`attempt()` (which takes a fresh port each time); once more if the launched process found its port taken."""
+    proc = attempt()
+    if proc.returncode != 0 and PORT_TAKEN in proc.stderr:
+        proc = attempt()
+    return proc
+
+
 def run_retrying_port(command: Callable[[], tuple[list[str], dict[str, str]]], *, timeout_s: float,
                       cwd: Path) -> subprocess.CompletedProcess:
     """Runs `command()` (a fresh argv and environment per attempt, so a fresh port); once more if the launched
     process found its port taken."""
-    for attempt in range(2):
+
+    def attempt() -> subprocess.CompletedProcess:
         cmd, env = command()
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode == 0 or PORT_TAKEN not in proc.stderr or attempt:
-            return proc
-    return proc
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+    return retrying_port(attempt)

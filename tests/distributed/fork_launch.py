@@ -2,6 +2,7 @@
 
     python tests/distributed/fork_launch.py NPROC SCRIPT.py ARGS...
     python tests/distributed/fork_launch.py NPROC -m MODULE ARGS...
+    python tests/distributed/fork_launch.py --serve      # many launches, one import (below)
 
 Why: under torchrun every rank is a fresh interpreter that imports torch, the executor and (when a plan builds a
 DTensor) torch._dynamo, several CPU-seconds each, which the 2-core CI machine pays once per rank per launch. The
@@ -13,6 +14,13 @@ Each rank gets what torchrun gives a worker on one node: RANK, LOCAL_RANK, WORLD
 GROUP_RANK, MASTER_ADDR (127.0.0.1) and MASTER_PORT, TORCHELASTIC_RESTART_COUNT=0, and runs SCRIPT (or MODULE)
 as `__main__`. As under torchrun, the first rank to fail stops the others; the exit status is that rank's.
 Nothing is forked while a thread other than torch's own idle one runs (fork copies only the calling thread).
+
+--serve: a fork server for a test process that launches many times (dist_launch.forked). The imports above
+cost ~4 CPU-seconds, which a fresh launcher pays for every launch; the server pays them once and, for each
+request (one JSON line on stdin: nproc, target, env, cwd, stdout and stderr files), forks a launcher that
+takes that environment, folder and output files and then does exactly what a fresh launcher does; the server
+answers one JSON line, {"rc": exit status}, when it ends. Every launch forks from the same freshly imported
+state: nothing one launch does reaches the next. A launcher dies with the server, and its ranks with it.
 """
 
 from __future__ import annotations
@@ -67,15 +75,19 @@ def _run_rank(rank: int, nproc: int, target: list[str]) -> int:
         return 1
 
 
-def main() -> int:
-    nproc, target = int(sys.argv[1]), sys.argv[2:]
-    _preload()
+def _check_threads(expected: int) -> None:
+    threads = len(os.listdir("/proc/self/task"))  # native threads too (an OpenMP pool), not only Python's
+    if threads != expected:
+        raise SystemExit(f"fork_launch: {threads} threads after the imports ({expected} expected)")
+
+
+def launch(nproc: int, target: list[str], *, threads: int = TORCH_THREADS) -> int:
+    """Fork the `nproc` ranks of `target` (this process has done `_preload`, and runs `threads` threads: torch's
+    own, or one in a launcher forked by the server); the job's exit status."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
         raise SystemExit("fork_launch: set MASTER_PORT")
-    threads = len(os.listdir("/proc/self/task"))  # native threads too (an OpenMP pool), not only Python's
-    if threads != TORCH_THREADS:
-        raise SystemExit(f"fork_launch: {threads} threads after the imports ({TORCH_THREADS} after torch's)")
+    _check_threads(threads)
     sys.stdout.flush()
     sys.stderr.flush()
     children: dict[int, int] = {}
@@ -97,6 +109,62 @@ def main() -> int:
             for other in children:  # as torchrun: one failed rank stops the job
                 os.kill(other, signal.SIGTERM)
     return status
+
+
+def _served_launch(request: dict) -> int:
+    """In the launcher forked by the server: the request's environment, folder and output files, then
+    `launch`; its exit status."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server killed (a timeout): the job goes too
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # the ranks must not read the server's requests
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, fd)
+            os.close(out)
+        return launch(int(request["nproc"]), list(request["target"]), threads=1)  # a fork keeps only its caller
+    except SystemExit as exc:
+        if exc.code not in (None, 0) and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported like a launcher that failed
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def serve() -> int:
+    """Answer launch requests from stdin, one at a time, until it closes (see the module docstring)."""
+    import json
+
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the test process gone: the server goes too
+    _preload()
+    for line in sys.stdin:
+        request = json.loads(line)
+        _check_threads(TORCH_THREADS)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = _served_launch(request)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        _, wait_status = os.waitpid(pid, 0)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(wait_status)}), flush=True)
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:
+        return serve()
+    nproc, target = int(sys.argv[1]), sys.argv[2:]
+    _preload()
+    return launch(nproc, target)
 
 
 if __name__ == "__main__":
