@@ -38,7 +38,9 @@ import math
 
 import numpy as np
 
+from planner.cost.dp_groups import GROUP_COLUMNS
 from planner.layout.expert_groups import DATA_AXES
+from planner.layout.numeric import distinct_rows
 from planner.layout.table import axis_sizes, mesh_strides
 
 DEFAULT_SLOWDOWN = 0.189  # Lee et al. 2025 (arXiv 2507.03114), abstract: average compute slowdown under overlap
@@ -73,10 +75,13 @@ def data_group_slowdown(ctx, table: dict[str, np.ndarray]) -> np.ndarray:
     nic_sms, nics = _nic_sms(ctx)
     if family == 0.0 or not sms or not nics or ctx.cluster.nvlink_domain is not None or ctx.cluster.num_nodes == 1:
         return np.full(rows, family)
+    # A row's groups follow from GROUP_COLUMNS alone, and a search table holds few distinct ones: each is placed once.
+    first, inverse = distinct_rows(*(np.asarray(table[k]) for k in GROUP_COLUMNS))
+    distinct = {k: np.asarray(table[k])[first] for k in GROUP_COLUMNS}
     host = ctx.cluster.gpus_per_node
-    sizes, strides = axis_sizes(table), mesh_strides(table)
-    on_host = np.ones(rows, dtype=np.int64)
-    members = np.ones(rows, dtype=np.int64)
+    sizes, strides = axis_sizes(distinct), mesh_strides(distinct)
+    on_host = np.ones(len(first), dtype=np.int64)
+    members = np.ones(len(first), dtype=np.int64)
     for axis in DATA_AXES:
         size, stride = np.asarray(sizes[axis], dtype=np.int64), np.asarray(strides[axis], dtype=np.int64)
         on_host *= np.where(stride * size <= host, size, np.where(stride < host, np.maximum(host // stride, 1), 1))
@@ -84,7 +89,7 @@ def data_group_slowdown(ctx, table: dict[str, np.ndarray]) -> np.ndarray:
     on_host = np.minimum(on_host, host)
     taken = nic_sms * np.minimum(on_host, nics)
     network = np.minimum(family, taken / np.maximum(sms - taken, 1))
-    return np.where(members > on_host, network, family)
+    return np.where(members > on_host, network, family)[inverse]
 
 
 def _nic_sms(ctx) -> tuple[int, int]:
