@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost import comm, fixed_costs, host_share, interference, memory
+from planner.cost import comm, fixed_costs, host_share, memory
 from planner.cost.context import CostContext
 from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.partition import StageSplit
@@ -152,7 +152,7 @@ def assemble(ctx: CostContext, table: dict[str, np.ndarray], work: RankWork, lc:
     dp_all = comm.dp_time_s(ctx, work.params, c(zero), c(m), tuple(map(c, lc.rs_shard)), tuple(map(c, lc.ag_shard)),
                             tuple(map(c, ar)), c(state_shard_ranks(shard, table["cp"])), work.fwd_window_s,
                             work.bwd_window_s, work.layers, c(pp), c(zero_bubble),
-                            c(interference.data_group_slowdown(ctx, table)))
+                            c(lc.dp_slowdown))
     dp_t = masked_max(dp_all, present) + comm.tied_embedding_allreduce_s(ctx, lc.pp_p2p, pp, table["tp"])
     if not work.optimizer_contexts:  # one GPU kind: every column at once
         opt_all = fixed_costs.optimizer_step_s(ctx, work.params, c(zero), c(shard), cp=c(table["cp"]))

@@ -42,7 +42,7 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
     `axis_groups`, where the caller has them.
 
     Why cached: a search asks this for thousands of rows over a few dozen distinct groups, every call. A row's
-    groups follow from `GROUP_COLUMNS` (`axis_groups`) and its `world`, and its coefficients are per-row
+    groups follow from `_GROUP_COLUMNS` (`axis_groups`) and its `world`, and its coefficients are per-row
     arithmetic on `bw.columns`, so each distinct key is costed once and kept in `bw.group_coeffs` (a
     `GroupCoeffCache` per topology for `comm.AxisBandwidth`; a bandwidth object without one gets one for this
     call): the same numbers, element for element, as costing every row.
@@ -50,16 +50,16 @@ def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
     world = np.asarray(world, dtype=np.int64)
     known = getattr(bw, "group_coeffs", None)
     known = known if isinstance(known, GroupCoeffCache) else GroupCoeffCache()
-    first, inverse = distinct_rows(*(table[k] for k in GROUP_COLUMNS))
+    first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
     if not np.array_equal(world[first][inverse], world):  # a world the columns do not fix joins the key
         first, inverse = distinct_rows(inverse, world)
-    keys = list(zip(*(np.asarray(table[k])[first].tolist() for k in GROUP_COLUMNS), world[first].tolist()))
+    keys = list(zip(*(np.asarray(table[k])[first].tolist() for k in _GROUP_COLUMNS), world[first].tolist()))
     at = [known.get(key, -1) for key in keys]
     new = [i for i, j in enumerate(at) if j < 0]
     if new:
         rows = first[new]
         if groups is None:  # only the new keys' rows: on a warm search every key is known
-            picked = axis_groups({k: np.asarray(table[k])[rows] for k in GROUP_COLUMNS})
+            picked = axis_groups({k: np.asarray(table[k])[rows] for k in _GROUP_COLUMNS})
         else:
             picked = {axis: (size[rows], stride[rows]) for axis, (size, stride) in groups.items()}
         known.add([keys[i] for i in new], np.column_stack([c for pair in _dp_group_columns(bw, picked, world[rows])
@@ -84,7 +84,7 @@ class GroupCoeffCache(dict):
         self.update(zip(keys, range(start, start + len(keys))))
 
 
-GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what fixes a row's `axis_groups`
+_GROUP_COLUMNS = ("tp", "cp", "pp", "dp", "dp_shard", "order")  # what fixes a row's `axis_groups`
 
 
 def _dp_group_columns(bw, groups: dict[str, tuple[np.ndarray, np.ndarray]], world: np.ndarray):

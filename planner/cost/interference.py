@@ -38,10 +38,7 @@ import math
 
 import numpy as np
 
-from planner.cost.dp_groups import GROUP_COLUMNS
 from planner.layout.expert_groups import DATA_AXES
-from planner.layout.numeric import distinct_rows
-from planner.layout.table import axis_sizes, mesh_strides
 
 DEFAULT_SLOWDOWN = 0.189  # Lee et al. 2025 (arXiv 2507.03114), abstract: average compute slowdown under overlap
 NCCL_SMS_PER_NIC = 2  # NVIDIA/nccl#689 (NCCL maintainer): 2 SMs for one 12-24 GB/s NIC, 16 for 8 NICs at 190 GB/s
@@ -63,33 +60,29 @@ def exposed_s(comm, window, floor, factor: float) -> np.ndarray:
     return alone + factor * (comm - alone)
 
 
-def data_group_slowdown(ctx, table: dict[str, np.ndarray]) -> np.ndarray:
+def data_group_slowdown(ctx, groups: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Per row, the slowdown of compute beside its data-parallel collectives (module docstring): the family's
     factor for a group inside one host (NVLink) or where the GPU's SM count or the hosts' NICs are unknown;
     beside a group that leaves the host, the share of SMs NCCL takes to drive the NIC ports its ranks on one host
     use, at most the family's factor. The group is every data axis (dp_replicate x dp_shard x cp), the widest
-    that any of the row's DP collectives spans."""
+    that any of the row's DP collectives spans. `groups`: the rows' `dp_groups.axis_groups` (size, stride per axis)."""
     family = slowdown(ctx)
-    rows = len(table["tp"])
+    rows = len(groups[DATA_AXES[0]][0])
     sms = getattr(ctx.gpu, "sm_count", None)
     nic_sms, nics = _nic_sms(ctx)
     if family == 0.0 or not sms or not nics or ctx.cluster.nvlink_domain is not None or ctx.cluster.num_nodes == 1:
         return np.full(rows, family)
-    # A row's groups follow from GROUP_COLUMNS alone, and a search table holds few distinct ones: each is placed once.
-    first, inverse = distinct_rows(*(np.asarray(table[k]) for k in GROUP_COLUMNS))
-    distinct = {k: np.asarray(table[k])[first] for k in GROUP_COLUMNS}
     host = ctx.cluster.gpus_per_node
-    sizes, strides = axis_sizes(distinct), mesh_strides(distinct)
-    on_host = np.ones(len(first), dtype=np.int64)
-    members = np.ones(len(first), dtype=np.int64)
+    on_host = np.ones(rows, dtype=np.int64)
+    members = np.ones(rows, dtype=np.int64)
     for axis in DATA_AXES:
-        size, stride = np.asarray(sizes[axis], dtype=np.int64), np.asarray(strides[axis], dtype=np.int64)
+        size, stride = (np.asarray(x, dtype=np.int64) for x in groups[axis])
         on_host *= np.where(stride * size <= host, size, np.where(stride < host, np.maximum(host // stride, 1), 1))
         members *= size
     on_host = np.minimum(on_host, host)
     taken = nic_sms * np.minimum(on_host, nics)
     network = np.minimum(family, taken / np.maximum(sms - taken, 1))
-    return np.where(members > on_host, network, family)[inverse]
+    return np.where(members > on_host, network, family)
 
 
 def _nic_sms(ctx) -> tuple[int, int]:

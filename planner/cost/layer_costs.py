@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.cost import comm, compute, moe_dispatch, overhead
+from planner.cost import comm, compute, interference, moe_dispatch, overhead
 from planner.cost.context import CostContext
 from planner.cost.dp_groups import axis_groups, dp_group_coeffs
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
@@ -93,6 +93,7 @@ class LayerCosts:
     ar_rep: tuple  # all-reduce over HSDP's replicate group dp_replicate (ZeRO >= 1)
     ar_ddp: tuple  # all-reduce over every data rank, dp_replicate x dp_shard x cp (ZeRO-0: DDP)
     pp_p2p: tuple
+    dp_slowdown: np.ndarray  # compute slowdown beside the DP collectives (interference.data_group_slowdown)
 
 
 def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBandwidth) -> LayerCosts:
@@ -160,7 +161,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         e_last=compute.head_time_s(ctx, tokens, tp), head_w=compute.head_weight_grad_time_s(ctx, tokens, tp),
         dense_params=dense_params, expert_params=expert_params,
         rs_shard=rs_shard, ag_shard=ag_shard, ar_rep=ar_rep, ar_ddp=ar_ddp,
-        pp_p2p=coeff_columns(bw, "p2p", *groups["pp"], world),
+        pp_p2p=coeff_columns(bw, "p2p", *groups["pp"], world), dp_slowdown=interference.data_group_slowdown(ctx, groups),
     )
 
 

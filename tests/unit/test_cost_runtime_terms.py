@@ -12,6 +12,7 @@ import pytest
 import hardware_profiles
 from planner.api import make_context
 from planner.cost import comm, compute, elementwise, fixed_costs, interference, moe_dispatch
+from planner.cost.dp_groups import axis_groups
 from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, RUNTIME_COSTS, grad_reduce_bytes
 from planner.layout import Workload
 from planner.layout.names import RUNTIME_NAMES
@@ -153,19 +154,19 @@ def test_collectives_that_leave_the_host_slow_compute_by_the_sms_nccl_drives_the
     ctx = make_context(MODEL, hardware_profiles.cluster("dgx-h100", nodes=4), Workload(global_batch=32, seq_len=4096,
                                                                                          runtime="megatron"))
     rows = _data_rows(tp=[8, 4, 1, 1, 2], dp=[4, 8, 32, 8, 4], pp=[1, 1, 1, 4, 4])
-    got = interference.data_group_slowdown(ctx, rows)
+    got = interference.data_group_slowdown(ctx, axis_groups(rows))
     # tp8 x dp4: one rank per host, one port, 4 SMs; tp4 x dp8: two ranks per host, 8 SMs; tp1 x dp32: eight ports,
     # 32 SMs -> 32/100, capped at the family's 0.189; tp1 x dp8 x pp4 and tp2 x dp4 x pp4: the group stays on its
     # host (NVLink): the family's factor.
     assert got.tolist() == pytest.approx([4 / 128, 8 / 124, 0.189, 0.189, 0.189])
     # A100 HDR ports (25 GB/s): 2 SMs each of 108.
     a100 = make_context(MODEL, hardware_profiles.cluster("dgx-a100", nodes=4), Workload(global_batch=32, seq_len=4096))
-    assert interference.data_group_slowdown(a100, _data_rows(tp=[8], dp=[4])).tolist() == pytest.approx([2 / 106])
+    assert interference.data_group_slowdown(a100, axis_groups(_data_rows(tp=[8], dp=[4]))).tolist() == pytest.approx([2 / 106])
     # One host, or a GPU profile without an SM count: the family's factor for every row.
     one_host = make_context(MODEL, hardware_profiles.cluster("dgx-h100", nodes=1), Workload(global_batch=8, seq_len=4096))
-    assert interference.data_group_slowdown(one_host, _data_rows(tp=[1, 8], dp=[8, 1])).tolist() == [0.189, 0.189]
+    assert interference.data_group_slowdown(one_host, axis_groups(_data_rows(tp=[1, 8], dp=[8, 1]))).tolist() == [0.189, 0.189]
     ctx.gpu = ctx.gpu.model_copy(update={"sm_count": None})
-    assert interference.data_group_slowdown(ctx, rows).tolist() == [0.189] * 5
+    assert interference.data_group_slowdown(ctx, axis_groups(rows)).tolist() == [0.189] * 5
 
 
 def test_tp_overlap_hides_its_share_behind_the_gemms() -> None:
