@@ -34,6 +34,13 @@ def axis_groups(table: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.
     return {axis: (sizes[axis], strides[axis]) for axis in MESH_ORDERS[0]}
 
 
+def distinct_axis_groups(table: dict[str, np.ndarray]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """(`axis_groups` of the table's distinct group shapes, each row's index into them): what a per-row quantity
+    that depends on the rows' groups alone needs, placed once per shape (a search table holds few)."""
+    first, inverse = distinct_rows(*(table[k] for k in _GROUP_COLUMNS))
+    return axis_groups({k: np.asarray(table[k])[first] for k in _GROUP_COLUMNS}), inverse
+
+
 def dp_group_coeffs(bw, table: dict[str, np.ndarray], world: np.ndarray,
                     groups: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[tuple, tuple, tuple, tuple]:
     """(reduce-scatter, all-gather) coefficient columns over the sharding group dp_shard x cp, the all-reduce

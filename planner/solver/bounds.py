@@ -56,7 +56,7 @@ import numpy as np
 from planner.cost import comm, compute, fixed_costs, interference
 from planner.cost.comm import AxisBandwidth
 from planner.cost.context import CostContext
-from planner.cost.dp_groups import GroupCoeffCache, axis_groups, dp_group_coeffs, replicate_coeffs
+from planner.cost.dp_groups import GroupCoeffCache, distinct_axis_groups, dp_group_coeffs, replicate_coeffs
 from planner.cost.memory import model_state_bytes, reserve_bytes
 from planner.cost.partition import StageSplit, balanced_split
 from planner.layout.expert_groups import state_shard_ranks
@@ -298,9 +298,10 @@ def _dp_bound_s(ctx: CostContext, table: dict[str, np.ndarray], zero_bubble: np.
     ar = replicate_coeffs(hsdp, ddp, zero)
     params = (ctx.model.num_layers * mean_layer_params(ctx, tp, ep) + (ctx.embedding_params + ctx.head_params) / tp) / pp
     endless = np.full(len(tp), np.inf)
+    shapes, shape_of_row = distinct_axis_groups(table)
+    slowdown = interference.data_group_slowdown(ctx, shapes)[shape_of_row]
     exposed = comm.dp_time_s(ctx, params, zero, table["m"], rs, ag, ar, state_shard_ranks(shard, cp), endless, endless,
-                             np.full(len(tp), layers), pp, zero_bubble,
-                             interference.data_group_slowdown(ctx, axis_groups(table)))
+                             np.full(len(tp), layers), pp, zero_bubble, slowdown)
     return SAFETY * exposed
 
 
