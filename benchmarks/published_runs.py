@@ -74,7 +74,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # checkpointing only (selective recompute and sequence parallelism arrived with Korthikanti et al. 2022),
         # plain data parallelism (no distributed optimizer), the local DDP all-reducing gradients after the last
         # backward (not overlapped), unfused attention (no FlashAttention, 2022); no context or expert parallelism.
-        "features": {"schedule": ("1f1b", "interleaved"), "recompute": ("none", "full"), "zero": 0,
+        # With fewer micro-batches than stages its 1F1B runs as GPipe does (megatron/schedules.py at 50a4b5fa02:
+        # `num_warmup_microbatches = min(num_warmup_microbatches, num_microbatches)`: every forward, then every
+        # backward), meshplan's only schedule for m < pp.
+        "features": {"schedule": ("1f1b", "interleaved", "gpipe"), "recompute": ("none", "full"), "zero": 0,
                      "sequence_parallel": False, "cp": 1, "ep": 1},
         # fp16 with loss scaling (the 2021 example scripts pass --fp16: examples/pretrain_gpt3_175B.sh, quoted in the
         # GPT-3 175B case), stage-boundary sends blocking (--overlap-p2p-communication came with Megatron-Core), no
