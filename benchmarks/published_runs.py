@@ -158,6 +158,11 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2, 3), "ep": 1,
                      "recompute": ("none", "full", "op")},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+        # What its pipeline runs when the launch sets nothing else (9dec370): the local batch split into as many
+        # micro-batches as there are pipeline ranks (parallelisms/pipelining_utils.py build_pipeline_schedule:
+        # `n_microbatches = ... pipeline_parallel_microbatches`, None -> `pipeline_parallel_degree`), and an
+        # interleaved schedule with two stages per rank (generate_split_points: `num_stages_per_rank = 2`).
+        "pipeline_defaults": {"microbatches_per_stage": 1, "stages_per_rank": 2},
     },
     "torchtitan-2024-04": {
         # TorchTitan of April 2024 (1ea476e9f, docs/performance.md's A100 tables): FSDP2 fully_shard per block (ZeRO-3,
@@ -295,6 +300,14 @@ def _stated(case: PublishedRun) -> dict[str, Any]:
             stated["recompute"] = case.recompute.policy
         if par.dp_shard:
             stated["dp_shard"] = par.dp_shard
+    defaults = FRAMEWORKS[framework_name(case)].get("pipeline_defaults")
+    if defaults and par.pp > 1:
+        # The framework's own choice where the source states none (`pipeline_defaults`): a setting its software
+        # made, not one the source left open.
+        local_batch = case.batch.global_batch_seqs // par.dp
+        stated["micro_batch"] = max(local_batch // (defaults["microbatches_per_stage"] * par.pp), 1)
+        if stated.get("schedule") == "interleaved" and not par.vpp:
+            stated["virtual_stages"] = defaults["stages_per_rank"]
     if case.batch.micro_batch:
         stated["micro_batch"] = case.batch.micro_batch
     return stated
