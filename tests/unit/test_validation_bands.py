@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 def run(**kw) -> ValidatedRun:
     base = dict(id="r", source="s", framework="f", family="h100", runtime="megatron", gpus=512, nvlink_domain=8,
-                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, moe=False, published_mfu=0.45,
+                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, dtype="bf16", moe=False, published_mfu=0.45,
                 error=-0.05, held_out=True)
     return ValidatedRun(**{**base, **kw})
 
@@ -125,6 +125,12 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
     assert any(g.startswith("A100 GPUs: no validated run on this GPU family") for g in got)
     assert any(g.startswith("ep=8: no validated MoE run") for g in got)
     assert any(g.startswith("ZeRO-3/FSDP: no validated ZeRO-3 run on A100") for g in got)
+    # a precision no validated run trained in (fp8 here; the bf16 runs vouch for bf16 only)
+    fp8 = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-h100", gpus=512),
+                       Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron", dtype="fp8"),
+                       framework="any")
+    assert extrapolations(fp8, small, mfu=0.40, runs=runs) == ("dtype fp8: no validated run trained in fp8",)
+    assert extrapolations(fp8, small, mfu=0.40, runs=[*runs, run(id="f8", dtype="fp8")]) == ()
 
 
 def test_plans_carry_band_and_extrapolations_through_json() -> None:
