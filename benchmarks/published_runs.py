@@ -155,9 +155,12 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # benchmark uses 1F1B and interleaved 1F1B), experimental CP, SDPA flash attention; no EP for dense Llama.
         # FSDP over a single rank (CP 8 on 8 GPUs) shards nothing: ZeRO-0.
         # AC: none, full per block or per-op selective (op); torchtitan has no attention-core recomputation.
+        # SDPA's flash backend is FlashAttention-2: cuDNN attention was opt-in from torch 2.5.1 until 2.9
+        # (pytorch/pytorch#138649, #162073; the December 2024 runs used a nightly of then), and TorchTitan's SDPA
+        # wrapper has ranked FLASH_ATTENTION first on Hopper since (pytorch/torchtitan#1196, the June 2025 rows).
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1, 2, 3), "ep": 1,
                      "recompute": ("none", "full", "op")},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
         # What its pipeline runs when the launch sets nothing else (9dec370): the local batch split into as many
         # micro-batches as there are pipeline ranks (parallelisms/pipelining_utils.py build_pipeline_schedule:
         # `n_microbatches = ... pipeline_parallel_microbatches`, None -> `pipeline_parallel_degree`), and an
@@ -170,7 +173,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # parallelism had not landed yet. AC none / full per block, per-op selective (op), or every k-th layer (a gap on
         # those cases). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
         "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full", "op")},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
     },
     "fms-fsdp-2024": {
         # IBM fms-fsdp (7746dac, the PyTorch FSDP blog of 2024-03-13): FSDP1 FULL_SHARD or HYBRID_SHARD (ZeRO-3 over
@@ -179,7 +182,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # reduction and FSDP1's flat parameters are gaps on every case.
         "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full"),
                      "sequence_parallel": False},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
     },
     "automodel-2025": {
         # NVIDIA NeMo AutoModel (docs/performance-summary.md, Oct 2025 - Apr 2026), PyTorch-native: FSDP2 fully_shard per
@@ -236,10 +239,12 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # FlatParameter shard; MixedPrecision param_dtype bf16 casts the gathered copy); DecoupledAdamW, a per-tensor
         # loop over the flat shards (composer/optim/decoupled_weight_decay.py): AdamW's bytes; gradient-norm clipping
         # 1.0 via FSDP clip_grad_norm_ (yamls). Gradient reduction dtype: fp32 with mixed_precision DEFAULT in
-        # Composer 0.16 (the runtime's default), bf16 with PURE (a gap on those cases).
+        # Composer 0.16 (the runtime's default), bf16 with PURE (a gap on those cases). The Triton kernel is costed as
+        # FlashAttention-2 (attention_kernel flash2), the nearest kernel the model knows: FlashAttention-2 reports
+        # itself faster than the Triton FlashAttention (Dao 2023, Sec. 4.1), so this stays a lower bound on Hopper.
         "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full"),
                      "sequence_parallel": False},
-        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
+        "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
     },
     "deepseek-v3-2024": {
         # DeepSeek-V3 report Sec. 3.2: PP + EP + ZeRO-1 DP, no TP; DualPipe and FP8 are gaps on the case.

@@ -39,7 +39,7 @@ def record(case_id: str, source: str, framework: str, ctx: CostContext, row: dic
         runtime=str(ctx.workload.runtime), gpus=gpus, nvlink_domain=nvlink_domain_size(ctx.cluster),
         tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]), zero=int(row["zero"]),
         schedule=SCHEDULE_NAMES[int(row["sched"])] if row["pp"] > 1 else "1f1b", seq_len=int(ctx.workload.seq_len),
-        dtype=ctx.workload.dtype,
+        dtype=ctx.workload.dtype, attention_kernel=ctx.workload.attention_kernel,
         moe=ctx.model.moe is not None, published_mfu=min(mfu, 1.0), error=(predicted_s - published_s) / published_s,
         held_out=source not in FITTED_SOURCES,
     )

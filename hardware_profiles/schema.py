@@ -130,6 +130,14 @@ class GPUProfile(Sourced):
         description="Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
         "GEMM plateau.",
     )
+    attention_efficiency_flash2: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="attention_efficiency of FlashAttention-2 where the GPU's fastest fused kernel is another "
+        "(Hopper: cuDNN attention, FlashAttention-3), for workloads with attention_kernel 'flash2'; null: "
+        "attention_efficiency (the profile's kernel is FlashAttention-2 already, as on Ampere).",
+    )
     attention_half_flops: float | None = Field(
         default=None,
         gt=0,

@@ -22,6 +22,7 @@ import typer
 
 from planner.errors import UserError
 from planner.layout.names import (
+    ATTENTION_KERNELS,
     DEFAULT_GLOBAL_BATCH_SEQS,
     DEFAULT_MESH_AXES,
     DEFAULT_SEQ_LEN,
@@ -50,7 +51,7 @@ FLAG_OF = {
     "sequence_parallel": "--sequence-parallel", "mesh_axes": "--mesh-axes", "global_batch": "--global-batch",
     "global_batch_tokens": "--global-batch-tokens", "seq_len": "--seq-len", "layer_partition": "layer_partition",
     "grad_reduce_dtype": "--grad-reduce-dtype", "master_weights": "--master-weights",
-    "optimizer_state_dtype": "--optimizer-state-dtype",
+    "optimizer_state_dtype": "--optimizer-state-dtype", "attention_kernel": "--attention-kernel",
 }
 
 
@@ -66,6 +67,8 @@ GradReduceChoice = Enum("GradReduceChoice", [(name, name) for name in GRAD_REDUC
 """--grad-reduce-dtype values: those of `Workload.grad_reduce_dtype`."""
 MasterWeightsChoice = Enum("MasterWeightsChoice", [(name, name) for name in MASTER_WEIGHTS], type=str)
 """--master-weights values: those of `Workload.master_weights`."""
+AttentionKernelChoice = Enum("AttentionKernelChoice", [(name, name) for name in ATTENTION_KERNELS], type=str)
+"""--attention-kernel values: those of `Workload.attention_kernel`."""
 OptimizerStateChoice = Enum("OptimizerStateChoice", [(name, name) for name in OPTIMIZER_STATE_DTYPES], type=str)
 """--optimizer-state-dtype values: those of `Workload.optimizer_state_dtype`."""
 
@@ -140,6 +143,10 @@ INPUTS = OptionGroup("inputs", (
     _opt("optimizer_state_dtype", OptimizerStateChoice, "--optimizer-state-dtype",
          "Precision of Adam's two moments: fp32, or bf16 (Megatron's precision-aware optimizer with bf16 moments, "
          "Apex DistributedFusedAdam dtype bf16, DeepSpeed's bf16 optimizer states). (default: fp32)", _IN),
+    _opt("attention_kernel", AttentionKernelChoice, "--attention-kernel",
+         "Fused attention kernel: auto (the GPU's fastest: cuDNN attention on Hopper, as PyTorch >= 2.9 SDPA and "
+         "Transformer Engine run it; FlashAttention-2 on Ampere) or flash2 (FlashAttention-2, about half as fast on "
+         "Hopper: older PyTorch SDPA, TorchTitan). (default: the --framework's)", _IN),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 
@@ -261,7 +268,8 @@ def resolve_inputs(raw: dict[str, Any]) -> Inputs:
                                       tp_comm_overlap=overlap_tp,
                                       grad_reduce_dtype=getattr(raw.get("grad_reduce_dtype"), "value", None),
                                       master_weights=getattr(raw.get("master_weights"), "value", None),
-                                      optimizer_state_dtype=getattr(raw.get("optimizer_state_dtype"), "value", None))
+                                      optimizer_state_dtype=getattr(raw.get("optimizer_state_dtype"), "value", None),
+                                      attention_kernel=getattr(raw.get("attention_kernel"), "value", None))
     except ValidationError as exc:
         batch = any("batch" in str(e.get("msg", "")) for e in exc.errors())
         raise UserError("; ".join(_flag_message(e) for e in exc.errors()),

@@ -87,7 +87,7 @@ def layer_time_s(
         column += one if col else 0.0
         op_gemm += share * one
     if lt.router_flops_per_token:
-        router = gemm_time_s(lt.router_flops_per_token * tokens, peak, mx, half)
+        router = gemm_time_s(lt.router_flops_per_token * tokens, ctx.unquantized_peak_flops, mx, half)
         gemm += router
         op_gemm += router
     if lt.expert_flops_per_token:
@@ -104,13 +104,15 @@ def layer_time_s(
         # cost; with CP a rank makes several calls per layer (`attention_calls`).
         attn_eff = ctx.attention_efficiency
         calls = attention_calls(ctx, cp)
-        attn_f = np.where(attn_flops > 0, (attn_flops + calls * ctx.attention_half_flops) / (peak * attn_eff), 0.0)
+        attn_peak = ctx.unquantized_peak_flops  # attention stays 16-bit under fp8 recipes (UNQUANTIZED_MATMUL_DTYPE)
+        attn_f = np.where(attn_flops > 0, (attn_flops + calls * ctx.attention_half_flops) / (attn_peak * attn_eff), 0.0)
         attn_b = FLASH_BACKWARD_TO_FORWARD * attn_f
     else:
         # Two batched GEMMs on the GEMM curve plus the element-wise passes over the full score matrix.
         scores = tokens * ctx.model.num_heads * ctx.workload.seq_len / t  # score elements (unfused: full, not causal)
-        attn_f = gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_FWD / ctx.memory_bandwidth_Bps
-        attn_b = 2 * gemm_time_s(attn_flops, peak, mx, half) + scores * UNFUSED_SCORE_BYTES_BWD / ctx.memory_bandwidth_Bps
+        attn_peak = ctx.unquantized_peak_flops
+        attn_f = gemm_time_s(attn_flops, attn_peak, mx, half) + scores * UNFUSED_SCORE_BYTES_FWD / ctx.memory_bandwidth_Bps
+        attn_b = 2 * gemm_time_s(attn_flops, attn_peak, mx, half) + scores * UNFUSED_SCORE_BYTES_BWD / ctx.memory_bandwidth_Bps
     is_moe = bool(lt.expert_flops_per_token)
     lb = elementwise.layer_bytes_per_token(ctx, is_moe)
     replicated = np.where(sp, 1.0 / t, 1.0)
@@ -165,7 +167,9 @@ def _head_parts_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> tuple
     runtime's bytes per logit over the V/tp logits of each token (`elementwise.cross_entropy_bytes_per_logit`)."""
     t = tp.astype(float)
     tokens = tokens.astype(float)
-    gemm = gemm_time_s(ctx.logits_flops_per_token * tokens / t, ctx.peak_flops, ctx.max_fraction, ctx.half_flops)
+    # The LM head stays 16-bit under fp8 recipes (planner.layout.workload.UNQUANTIZED_MATMUL_DTYPE).
+    gemm = gemm_time_s(ctx.logits_flops_per_token * tokens / t, ctx.unquantized_peak_flops, ctx.max_fraction,
+                       ctx.half_flops)
     logits = tokens * ctx.model.vocab_size / t
     ce_f, ce_b = elementwise.cross_entropy_bytes_per_logit(ctx)
     return gemm, logits * ce_f / ctx.memory_bandwidth_Bps, logits * ce_b / ctx.memory_bandwidth_Bps

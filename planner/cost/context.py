@@ -17,6 +17,7 @@ from planner.cost import optimizer_state
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
 from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32
 from planner.layout import Workload, rules
+from planner.layout.workload import UNQUANTIZED_MATMUL_DTYPE
 from planner.model import ModelSpec
 from planner.model.flops import gemm_tp_split, op_recomputed_share
 
@@ -166,7 +167,15 @@ class CostContext:
 
     @cached_property
     def peak_flops(self) -> float:
+        """Peak of the decoder blocks' linear layers (and MoE experts): the workload's compute dtype."""
         return float(self.gpu.peak_flops[self.compute_dtype])
+
+    @cached_property
+    def unquantized_peak_flops(self) -> float:
+        """Peak of the matmuls a low-precision recipe leaves in 16 bits: the attention core, the LM head and the MoE
+        router (`planner.layout.workload.UNQUANTIZED_MATMUL_DTYPE`); the compute dtype's peak otherwise."""
+        dtype = UNQUANTIZED_MATMUL_DTYPE.get(self.compute_dtype, self.compute_dtype)
+        return float(self.gpu.peak_flops[dtype])
 
     @cached_property
     def sustained_fraction(self) -> float:
@@ -187,8 +196,12 @@ class CostContext:
 
     @cached_property
     def attention_efficiency(self) -> float:
-        """Fraction of peak the fused attention kernel achieves (profile value; else the GEMM plateau)."""
+        """Fraction of peak the fused attention kernel achieves (profile value; else the GEMM plateau): the GPU's
+        fastest kernel, or FlashAttention-2's where the workload runs that (`Workload.attention_kernel` 'flash2')
+        and the profile measures it apart."""
         value = getattr(self.gpu, "attention_efficiency", None)
+        if getattr(self.workload, "attention_kernel", "auto") == "flash2":
+            value = getattr(self.gpu, "attention_efficiency_flash2", None) or value
         return float(value) * self.sustained_fraction if value else self.max_fraction
 
     @cached_property

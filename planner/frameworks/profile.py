@@ -65,6 +65,8 @@ class FrameworkProfile:
     exporter writes the framework's switch)."""
     overlap_pp_comm: bool = True
     """Whether interleaved stage-boundary sends overlap compute where the runtime can (`Workload.overlap_pp_comm`)."""
+    attention_kernel: str = "auto"
+    """The fused attention kernel its model code runs (`Workload.attention_kernel`)."""
 
     @property
     def runs_runtimes(self) -> tuple[str, ...]:
@@ -128,12 +130,13 @@ class FrameworkProfile:
 
 
 def runtime_settings(profile: FrameworkProfile) -> dict[str, Any]:
-    """The `Workload` fields a framework sets (its runtime costs): runtime, DP/TP/PP overlap."""
+    """The `Workload` fields a framework sets (its runtime costs): runtime, DP/TP/PP overlap, attention kernel."""
     return {"runtime": profile.runtime, "overlap_dp_comm": profile.overlap_dp_comm,
-            "tp_comm_overlap": profile.tp_comm_overlap, "overlap_pp_comm": profile.overlap_pp_comm}
+            "tp_comm_overlap": profile.tp_comm_overlap, "overlap_pp_comm": profile.overlap_pp_comm,
+            "attention_kernel": profile.attention_kernel}
 
 
-RUNTIME_FIELDS = ("runtime", "overlap_dp_comm", "tp_comm_overlap", "overlap_pp_comm")
+RUNTIME_FIELDS = ("runtime", "overlap_dp_comm", "tp_comm_overlap", "overlap_pp_comm", "attention_kernel")
 """`Workload` fields that are a framework's runtime costs (`runtime_settings`)."""
 
 

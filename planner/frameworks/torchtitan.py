@@ -26,6 +26,10 @@ PROFILE = FrameworkProfile(
     runtime="pytorch",
     runtimes=("pytorch", "pytorch-compile"),
     overlap_dp_comm=True,
+    # Its SDPA wrapper (torchtitan/models/attention.py, ScaledDotProductAttention._init_backend) ranks
+    # FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH under sdpa_kernel(set_priority=True) and puts CUDNN_ATTENTION first
+    # only on sm100 (pytorch/torchtitan#1196): FlashAttention-2 on Hopper and Ampere.
+    attention_kernel="flash2",
     fused_elementwise="eager by default (runtime pytorch); --compile.enable fuses the element-wise work of every "
     "block (runtime pytorch-compile, with async TP under --tp-comm-overlap)",
     export_target="torchtitan",

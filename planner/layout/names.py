@@ -60,6 +60,14 @@ MASTER_WEIGHTS: tuple[str, ...] = ("fp32", "remainders", "none")
 the default first: a full fp32 copy; only the 16 low bits the bf16 weight lacks ("remainders": Transformer
 Engine's FusedAdam and Apex DistributedFusedAdam store_param_remainders); or none (updates applied to the bf16
 weights: Apex DistributedFusedAdam with a bf16 optimizer dtype)."""
+ATTENTION_KERNELS: tuple[str, ...] = ("auto", "flash2")
+"""Fused attention kernels the cost model times (`Workload.attention_kernel`, `--attention-kernel`), the default
+first. auto: the GPU's fastest fused kernel as its profile measures it (`attention_efficiency`): cuDNN attention on
+Hopper, which PyTorch's SDPA picks there by default since torch 2.9 (pytorch/pytorch#162073) and Transformer Engine
+runs; FlashAttention-2 on Ampere, where it is the fastest. flash2: FlashAttention-2 on every GPU
+(`attention_efficiency_flash2`): PyTorch's SDPA before torch 2.9 (the flash backend first, cuDNN opt-in:
+pytorch/pytorch#138649), TorchTitan on Hopper (its SDPA wrapper ranks FLASH_ATTENTION first and adds cuDNN only on
+sm100), the flash-attn 2 package."""
 TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
 """Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
 a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.layout.names import (
+    ATTENTION_KERNELS,
     DEFAULT_GLOBAL_BATCH_SEQS,
     DEFAULT_RUNTIME,
     DEFAULT_SEQ_LEN,
@@ -34,8 +35,21 @@ GradReduceDType = Literal[GRAD_REDUCE_DTYPES]  # type: ignore[valid-type]
 OptimizerStateDType = Literal[OPTIMIZER_STATE_DTYPES]  # type: ignore[valid-type]
 MasterWeights = Literal[MASTER_WEIGHTS]  # type: ignore[valid-type]
 Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
+AttentionKernel = Literal[ATTENTION_KERNELS]  # type: ignore[valid-type]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+# The dtype of the matmuls a training recipe leaves unquantized. fp8 recipes quantize the decoder blocks' linear
+# layers (and MoE experts) only; the attention core, the LM head and the MoE router run in bf16:
+# - torchao float8 (TorchTitan, meshplan's executor): `convert_to_float8_training` swaps nn.Linear modules for
+#   Float8Linear, and TorchTitan passes `module_filter_fn=lambda mod, fqn: fqn != "output"` (torchtitan float8
+#   converter, 2024-2025), so the LM head stays bf16; attention is `F.scaled_dot_product_attention` in bf16.
+# - Transformer Engine / Megatron-Core: `fp8_autocast` covers TE's Linear, LayerNormLinear, LayerNormMLP and grouped
+#   GEMMs; DotProductAttention runs fp8 only with the recipe's `fp8_dpa` (Megatron `--fp8-dot-product-attention`,
+#   off by default); the output layer is Megatron's own ColumnParallelLinear, not a TE module.
+# - DeepSeek-V3 (arXiv 2412.19437, Sec. 3.3.1): "the embedding module, the output head, MoE gating modules,
+#   normalization operators, and attention operators" keep BF16 or FP32.
+UNQUANTIZED_MATMUL_DTYPE: dict[str, str] = {"fp8": "bf16"}
 
 
 class Workload(BaseModel):
@@ -52,6 +66,13 @@ class Workload(BaseModel):
         True,
         description="Attention runs as a fused FlashAttention kernel (Dao et al. 2022): causal blocks skipped, "
         "no attention-score activations stored. False models the unfused 2021-era attention.",
+    )
+    attention_kernel: AttentionKernel = Field(
+        ATTENTION_KERNELS[0],
+        description="Which fused attention kernel runs (with flash_attention). auto: the GPU's fastest as its profile "
+        "measures it (cuDNN attention on Hopper: PyTorch SDPA's default there since torch 2.9, Transformer Engine; "
+        "FlashAttention-2 on Ampere). flash2: FlashAttention-2, about half as fast on Hopper: PyTorch SDPA before "
+        "torch 2.9, TorchTitan on Hopper, the flash-attn 2 package.",
     )
     overlap_dp_comm: bool = Field(
         True,

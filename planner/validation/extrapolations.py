@@ -11,6 +11,8 @@ lists, in words a user can act on, where it leaves that envelope:
 - CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached;
 - expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
+- FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
+  kernel (Hopper), with no validated run of that family using it;
 - a training precision (`Workload.dtype`) no validated run trained in: fp8 GEMM peaks are twice bf16's, but the
   runs that trained in fp8 measured far less (TorchTitan 2024 Table 1: +28 % from Float8 on Llama 3.1 8B) and
   carry gaps, so none validates it;
@@ -84,6 +86,11 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
     dtype = str(ctx.workload.dtype)
     if runs and not any(r.dtype == dtype for r in runs):
         out.append(f"dtype {dtype}: no validated run trained in {dtype}")
+    kernel = str(getattr(ctx.workload, "attention_kernel", "auto"))
+    if (kernel != "auto" and getattr(ctx.gpu, "attention_efficiency_flash2", None) and ctx.flash_attention
+            and not any(r.attention_kernel == kernel for r in same_family)):
+        out.append(f"attention kernel {kernel} on {name}: no validated run used it (its speed there is one "
+                   "published forward benchmark's ratio to the measured kernel)")
     if layout.zero == 3 and not any(r.zero == 3 for r in same_family):
         out.append(f"ZeRO-3/FSDP: no validated ZeRO-3 run on {name}")
     best = _best_mfu(same_family)

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hardware_profiles.reader import InputFileError, read_json
 from planner.layout import Schedule
-from planner.layout.workload import DType
+from planner.layout.workload import AttentionKernel, DType
 
 DATA_FILE = Path(__file__).with_name("validated_runs.json")
-FILE_VERSION = 2
+FILE_VERSION = 3
 
 
 class _Frozen(BaseModel):
@@ -45,6 +45,8 @@ class ValidatedRun(_Frozen):
     schedule: Schedule = Field(description="Pipeline schedule (1f1b when pp == 1).")
     seq_len: int = Field(ge=1, description="Tokens per sequence.")
     dtype: DType = Field(description="Training precision the run was costed with (Workload.dtype).")
+    attention_kernel: AttentionKernel = Field(description="Fused attention kernel the run was costed with "
+                                              "(Workload.attention_kernel).")
     moe: bool = Field(description="Mixture-of-experts model.")
     published_mfu: float = Field(gt=0, le=1, description="Published throughput as MFU (model FLOPs of the planner's "
                                  "convention per GPU per second / dense peak).")

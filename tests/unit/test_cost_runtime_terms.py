@@ -406,3 +406,46 @@ def test_megatron_bf16_model_states_match_the_distributed_optimizer_table() -> N
             total = sum(float(x[0]) for x in states)
             expected = full * 1e9 if zero == 0 else (per_shard[0] + per_shard[1] / d) * 1e9
             assert total == pytest.approx(expected, rel=1e-12), (ctx.workload.runtime, ctx.workload.dtype, zero)
+
+
+def test_fp8_recipes_quantize_the_linear_layers_only() -> None:
+    """Under fp8 the decoder linears run at the fp8 peak; attention's core and the LM head stay at bf16's
+    (planner.layout.workload.UNQUANTIZED_MATMUL_DTYPE): a 2x fp8 peak must not halve attention or the head."""
+    bf16, fp8 = ctx_for("megatron", dtype="bf16"), ctx_for("megatron", dtype="fp8")
+    assert fp8.peak_flops > 1.9 * bf16.peak_flops and fp8.unquantized_peak_flops == bf16.peak_flops
+    tokens, one = np.array([4096.0]), np.array([1])
+    lt16, lt8 = bf16.layer_types[0], fp8.layer_types[0]
+    t16 = compute.layer_time_s(bf16, lt16, tokens, one, one, one, one.astype(bool))
+    t8 = compute.layer_time_s(fp8, lt8, tokens, one, one, one, one.astype(bool))
+    np.testing.assert_allclose(t8.attn_fwd_s, t16.attn_fwd_s, rtol=1e-12)
+    np.testing.assert_allclose(compute.head_weight_grad_time_s(fp8, tokens, one),
+                               compute.head_weight_grad_time_s(bf16, tokens, one), rtol=1e-12)
+    # The linears are faster: each weight GEMM (F + half) / (peak x plateau) at twice the peak.
+    gemm16 = t16.wgrad_s
+    expected8 = sum((f * 4096 + bf16.half_flops) / (fp8.peak_flops * fp8.max_fraction) for f in lt8.gemm_flops_per_token)
+    np.testing.assert_allclose(t8.wgrad_s, expected8, rtol=1e-12)
+    assert float(t8.wgrad_s[0]) < float(gemm16[0])
+
+
+def test_flash2_times_attention_at_its_own_efficiency_where_the_profile_has_one() -> None:
+    """attention_kernel 'flash2' on Hopper uses the profile's FlashAttention-2 efficiency (0.288 of peak against
+    the measured cuDNN kernel's 0.552, pytorch/pytorch#142132); on Ampere the profile's kernel is FlashAttention-2
+    already, so nothing changes. The framework TorchTitan sets it (its SDPA wrapper ranks the flash backend first)."""
+    tokens, one = np.array([4096.0]), np.array([1])
+
+    def attention_s(ctx) -> float:
+        lt = ctx.layer_types[0]
+        return float(compute.layer_time_s(ctx, lt, tokens, one, one, one, one.astype(bool)).attn_fwd_s[0])
+
+    auto, fa2 = ctx_for("pytorch"), ctx_for("pytorch", attention_kernel="flash2")
+    gpu = hardware_profiles.gpu("h100-sxm")
+    assert fa2.attention_efficiency == pytest.approx(gpu.attention_efficiency_flash2 * gpu.sustained_fraction)
+    assert attention_s(fa2) / attention_s(auto) == pytest.approx(gpu.attention_efficiency / gpu.attention_efficiency_flash2)
+    a100 = [ctx_for("pytorch", cluster="dgx-a100", attention_kernel=k) for k in ("auto", "flash2")]
+    assert a100[0].attention_efficiency == a100[1].attention_efficiency
+
+    from planner.frameworks import PROFILES, workload_for
+    w = Workload(global_batch=8, seq_len=4096)
+    assert workload_for(PROFILES["torchtitan"], w).attention_kernel == "flash2"
+    assert workload_for(PROFILES["meshplan"], w).attention_kernel == "auto"
+    assert workload_for(PROFILES["torchtitan"], Workload(global_batch=8, seq_len=4096, attention_kernel="auto")).attention_kernel == "auto"

@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 def run(**kw) -> ValidatedRun:
     base = dict(id="r", source="s", framework="f", family="h100", runtime="megatron", gpus=512, nvlink_domain=8,
-                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, dtype="bf16", moe=False, published_mfu=0.45,
+                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, dtype="bf16", attention_kernel="auto", moe=False, published_mfu=0.45,
                 error=-0.05, held_out=True)
     return ValidatedRun(**{**base, **kw})
 
@@ -131,6 +131,16 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
                        framework="any")
     assert extrapolations(fp8, small, mfu=0.40, runs=runs) == ("dtype fp8: no validated run trained in fp8",)
     assert extrapolations(fp8, small, mfu=0.40, runs=[*runs, run(id="f8", dtype="fp8")]) == ()
+    # FlashAttention-2 on Hopper, which no validated run used; on Ampere it is the profile's own kernel: nothing to say
+    def flash2(cluster: str) -> object:
+        return make_context(preset("llama3-70b"), hardware_profiles.cluster(cluster, gpus=512),
+                            Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron",
+                                     attention_kernel="flash2"), framework="any")
+    got = extrapolations(flash2("dgx-h100"), small, mfu=0.40, runs=runs)
+    assert len(got) == 1 and got[0].startswith("attention kernel flash2 on H100: no validated run used it")
+    assert extrapolations(flash2("dgx-h100"), small, mfu=0.40, runs=[*runs, run(id="fa2", attention_kernel="flash2")]) == ()
+    a100_runs = [run(id=f"a{i}", family="a100") for i in range(3)]
+    assert not any("attention kernel" in g for g in extrapolations(flash2("dgx-a100"), small, mfu=0.30, runs=a100_runs))
 
 
 def test_plans_carry_band_and_extrapolations_through_json() -> None:
