@@ -8,7 +8,7 @@ number has a source, and every source names a field that exists (so a typo canno
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -102,6 +102,11 @@ class MatmulEfficiency(BaseModel):
     half_flops: float = Field(gt=0, description="GEMM size (FLOP) at which half of max_fraction is reached (FLOP).")
 
 
+def optional_fraction(description: str) -> Any:
+    """An optional share of a datasheet figure, in (0, 1]; null means the field's documented fallback."""
+    return Field(default=None, gt=0, le=1, description=description)
+
+
 class GPUProfile(Sourced):
     """One accelerator kind (or the local CPU process device for gloo runs)."""
 
@@ -110,11 +115,8 @@ class GPUProfile(Sourced):
     description: str = Field(default="", description="Human name of the part.")
     memory_bytes: int = Field(gt=0, le=2**60, description="Device memory capacity usable by one process (bytes; at most 1 EiB).")
     memory_bandwidth_Bps: float = Field(gt=0, description="Peak device memory bandwidth (bytes/s).")
-    memory_bandwidth_efficiency: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="Fraction of memory_bandwidth_Bps that a STREAM-like copy kernel reaches on this device (bytes "
+    memory_bandwidth_efficiency: float | None = optional_fraction(
+        "Fraction of memory_bandwidth_Bps that a STREAM-like copy kernel reaches on this device (bytes "
         "read + written per second over the figure above) (1): the cost model times every memory-bound pass at "
         "memory_bandwidth_Bps x this; null: 1, for a figure that is already achievable (measured by meshplan "
         "calibrate) or a device with no published measurement.",
@@ -123,18 +125,12 @@ class GPUProfile(Sourced):
         description="Dense (no sparsity) peak throughput per dtype (FLOP/s); keys among " + ", ".join(DTYPES) + "."
     )
     matmul_efficiency: MatmulEfficiency = Field(description="Achieved bf16 GEMM throughput curve.")
-    attention_efficiency: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
+    attention_efficiency: float | None = optional_fraction(
+        "Fraction of dense bf16 peak a fused (Flash) attention kernel achieves (1); null: use the "
         "GEMM plateau.",
     )
-    attention_efficiency_flash2: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="attention_efficiency of FlashAttention-2 where the GPU's fastest fused kernel is another "
+    attention_efficiency_flash2: float | None = optional_fraction(
+        "attention_efficiency of FlashAttention-2 where the GPU's fastest fused kernel is another "
         "(Hopper: cuDNN attention, FlashAttention-3), for workloads with attention_kernel 'flash2'; null: "
         "attention_efficiency (the profile's kernel is FlashAttention-2 already, as on Ampere).",
     )
@@ -144,11 +140,8 @@ class GPUProfile(Sourced):
         description="Fixed per-call cost of the fused attention kernel, as the forward FLOPs it would do in that time "
         "at attention_efficiency (FLOP); null: the GEMM curve's half_flops.",
     )
-    sustained_fraction: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="Share of the isolated GEMM/attention throughput above that a training step sustains (1), "
+    sustained_fraction: float | None = optional_fraction(
+        "Share of the isolated GEMM/attention throughput above that a training step sustains (1), "
         "measured on a whole layer (benchmarks/measure_sustained_layer.py); null: the cost model's default, "
         "fitted to Korthikanti et al. 2022 Table 4 on A100.",
     )
