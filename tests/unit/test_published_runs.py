@@ -611,9 +611,9 @@ def test_tr11_prequel_rows_are_one_days_fp16_layout_sweep_held_out() -> None:
     assert work.dtype == "fp16" and work.runtime == "megatron" and not work.zero1_grad_allreduce
 
 
-# DGX Cloud Benchmarking v24.11.1 (35a9aec) BF16 tables: model FLOPs per sequence ('The model flops for ... for
-# GBS=1 is ...') and the global batch per GPU count (configure.sh: 128 x N / 8, 128 x N / 64, 252 x N / 576, 4 x N,
-# 2 x nodes), per model.
+# DGX Cloud Benchmarking v24.11.1 (35a9aec) BF16 and FP8 tables: model FLOPs per sequence ('The model flops for ...
+# for GBS=1 is ...') and the global batch per GPU count (configure.sh: 128 x N / 8, 128 x N / 64, 252 x N / 576, 4 x N,
+# 2 x nodes), per model; the FP8 tables repeat the BF16 tables' layouts and columns.
 DGXC_RECIPES = {
     "llama3.1-8b": (4.74e14, lambda n: 128 * n // 8, (1, 1, 2, None, 1), 5),
     "llama3.1-70b": (3.94e15, lambda n: 128 * n // 64, (4, 4, 2, 5, 1), 6),
@@ -621,43 +621,79 @@ DGXC_RECIPES = {
     "nemotron4-15b": (434.5e12, lambda n: 4 * n, (4, 1, 1, None, 4), 8),
     "nemotron4-340b": (1.01e16, lambda n: 2 * (n // 8), (8, 8, 1, 12, 1), 5),
 }
+# The README's MFU divides by the peak of the run's precision: 'The peak theoretical throughput for H100 FP8 is 1979
+# TFLOPS and for H100 BF16 is 989 TFLOPS'.
+DGXC_PEAK_TFLOPS = {"bf16": 989, "fp8": 1979}
 
 
 def test_dgxc_nemo_rows_give_back_the_tables_mfu_and_pin_the_recipe_layout() -> None:
-    """Each BF16 DGX H100 row of the DGX Cloud Benchmarking tables: the stated step time with the README's own
-    formula (GBS x model FLOPs per sequence / step / GPUs / 989 TFLOP/s) gives back the printed MFU (the 70B
-    2048-GPU column's MFU follows from the 1024-GPU column's step: 0.25 point, stated in its derivation); the
-    published layout is pinned as the recipe ran it (TP, PP, CP, VP, MBS, distributed optimizer, no recompute but
-    340B's selective), on dgx-h100 with the megatron-core-0.8 feature set; the source is held out."""
+    """Each BF16 and FP8 DGX H100 row of the DGX Cloud Benchmarking tables: the stated step time with the README's
+    own formula (GBS x model FLOPs per sequence / step / GPUs / the precision's peak, 989 or 1979 TFLOP/s) gives back
+    the printed MFU (the BF16 70B 2048-GPU column's MFU follows from the 1024-GPU column's step: 0.25 point, stated
+    in its derivation); the published layout is pinned as the recipe ran it (TP, PP, CP, VP, MBS, distributed
+    optimizer, no recompute but 340B's selective), on dgx-h100 with the megatron-core-0.8 feature set; every FP8 row
+    has the BF16 row of its model and GPU count with the same layout and batch; the source is held out."""
     rows = _cases_of("dgxc_benchmarking_2024")
-    assert len(rows) == sum(r[3] for r in DGXC_RECIPES.values()) == 27
+    by_id = {c.id: c for c in rows}
+    assert len(rows) == 2 * sum(r[3] for r in DGXC_RECIPES.values()) == 54
     for case in rows:
-        key = case.id.split("_")[3]
+        precision, key = case.id.split("_")[2:4]
         flops, gbs, (tp, pp, cp, vpp, mbs), _ = DGXC_RECIPES[key]
         n, step = case.hardware.num_gpus, case.step_time.value
-        assert case.batch.global_batch_seqs == gbs(n) and case.precision == "bf16" and case.framework == "megatron-core-0.8"
+        assert case.batch.global_batch_seqs == gbs(n) and case.precision == precision and case.framework == "megatron-core-0.8"
         assert f"{case.throughput['mfu_pct']:.2f}".rstrip("0").rstrip(".") in case.source.quote, case.id
-        mfu = case.batch.global_batch_seqs * flops / step / n / 989e12 * 100
-        assert mfu == pytest.approx(case.throughput["mfu_pct"], abs=0.25 if case.id.endswith("70b_2048gpu") else 0.05), case.id
+        mfu = case.batch.global_batch_seqs * flops / step / n / (DGXC_PEAK_TFLOPS[precision] * 1e12) * 100
+        loose = case.id == "dgxc2024_h100_bf16_llama3.1-70b_2048gpu"
+        assert mfu == pytest.approx(case.throughput["mfu_pct"], abs=0.25 if loose else 0.05), case.id
         pins = published_runs._pins(case)
         assert (pins["tp"], pins["pp"], pins["cp"], pins.get("virtual_stages"), pins["micro_batch"]) == (tp, pp, cp, vpp, mbs)
         assert pins["tp"] * pins["pp"] * pins["cp"] * pins["dp"] == n and pins["zero"] == 1
         assert pins["recompute"] == ("selective" if key == "nemotron4-340b" else "none")
         assert build_cluster(case).num_gpus == n and case.hardware.cluster == "dgx-h100"
         assert validation.part_of(case) == validation.HELD_OUT
-        assert ({g.kind for g in case.gaps} == {"model"}) == key.startswith("nemotron4"), case.id
+        assert ("model" in {g.kind for g in case.gaps}) == key.startswith("nemotron4"), case.id
+        if precision == "fp8":
+            twin = by_id[case.id.replace("_fp8_", "_bf16_")]
+            layout = (case.parallelism.model_dump(exclude={"note"}), case.batch, case.recompute, case.model, case.hardware)
+            assert layout == (twin.parallelism.model_dump(exclude={"note"}), twin.batch, twin.recompute, twin.model,
+                              twin.hardware), case.id
+            assert {g.kind for g in case.gaps} - {g.kind for g in twin.gaps} <= {"optimizer"}, case.id
+            assert "1979" in case.source.quote and "1979 TFLOP/s" in case.derived["mfu_check"], case.id
+
+
+def test_dgxc_fp8_rows_state_their_transformer_engine_recipe_and_keep_attention_bf16() -> None:
+    """The FP8 rows run Transformer Engine's delayed scaling in the HYBRID format with fp8 weights (configure.sh:
+    model.fp8, model.fp8_hybrid, +model.fp8_params) and no fp8 attention (no fp8_dot_product_attention / NVTE_FP8_DPA):
+    what meshplan's fp8 workload times (decoder linear layers at the fp8 peak, attention and the LM head at bf16), so
+    none carries a precision gap."""
+    fp8 = [c for c in _cases_of("dgxc_benchmarking_2024") if c.precision == "fp8"]
+    assert len(fp8) == 27
+    for case in fp8:
+        sw = case.source.software
+        assert "fp8_hybrid" in sw and "fp8_params" in sw and "fp8_amax_history_len: 1024" in sw, case.id
+        assert "no fp8_dot_product_attention" in sw and "NVTE_FP8_DPA" in sw, case.id
+        assert "precision" not in {g.kind for g in case.gaps}, case.id
+        assert published_runs.workload(case).dtype == "fp8"
 
 
 def test_dgxc_rows_keep_the_optimizer_state_their_recipes_set() -> None:
     """NeMo 24.09's Apex DistributedFusedAdam keeps int16 master remainders and fp32 moments for the bf16 models with
     an fp32 optim.dtype (Llama 3.1, Nemotron-4 15B) and no master with bf16 moments for Nemotron-4 340B (optim.dtype
-    bf16); each row cites its yaml and NeMo's lines. With that, the 340B recipe on 128 GPUs (tp8 pp8 dp2), which
-    ran, fits in the model (it was out of memory at 4 + 16/d bytes per parameter) and ranks."""
+    bf16); with fp8 parameters (the FP8 rows) it stores the master weights (store_params) at optim.dtype: fp32 for
+    Llama 3.1 and 15B, bf16 for 340B, which an fp8 workload cannot take (an optimizer gap; predicted with fp32). Each
+    row cites its yaml and NeMo's lines. With that, the 340B BF16 recipe on 128 GPUs (tp8 pp8 dp2), which ran, fits
+    in the model (it was out of memory at 4 + 16/d bytes per parameter) and ranks."""
     for case in _cases_of("dgxc_benchmarking_2024"):
         w = published_runs.workload(case)
         big = case.id.split("_")[3] == "nemotron4-340b"
-        assert (w.master_weights, w.optimizer_state_dtype) == (("none", "bf16") if big else ("remainders", "fp32")), case.id
-        assert "megatron_base_model.py lines 81" in case.parallelism.note and "35a9aec" in case.parallelism.note, case.id
+        if case.precision == "bf16":
+            assert (w.master_weights, w.optimizer_state_dtype) == (("none", "bf16") if big else ("remainders", "fp32")), case.id
+            assert "megatron_base_model.py lines 81" in case.parallelism.note, case.id
+        else:
+            assert (w.master_weights, w.optimizer_state_dtype) == ("fp32", "fp32"), case.id
+            assert "lines 808-809" in case.parallelism.note and "store_params=True" in case.parallelism.note, case.id
+            assert ("optimizer" in {g.kind for g in case.gaps}) == big, case.id
+        assert "35a9aec" in case.parallelism.note, case.id
     (row,) = published_runs.run(["dgxc2024_h100_bf16_nemotron4-340b_128gpu"]).itertuples()
     assert row.rank.isdigit() and np.isfinite(row.predicted_s), row.rank
 
