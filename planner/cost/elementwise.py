@@ -25,6 +25,10 @@ Eager PyTorch (pytorch; executor/model.py Block, executor/layers.py), op by op:
 Norms and residual adds are replicated across TP ranks without sequence parallelism and split with it
 (Korthikanti et al. 2022 Sec. 4.2.2); everything else is split by TP.
 
+fp8 workloads add the casts of the fp8 recipe around every linear layer (`fp8_cast_bytes_per_token`, bytes per
+element from `cost.runtime.Fp8Casts`): each linear's input (replicated across TP like the hidden state for
+column-parallel linears, split for row-parallel ones) and each linear's output gradient (the reverse).
+
 CPU devices keep the fused count whatever the runtime: their measured framework overhead (calibrate) is the
 residual of a measured layer over exactly that count, so it already holds what the eager ops add there.
 """
@@ -34,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.runtime import runtime_costs
+from planner.model.flops import gemm_tp_split, layer_gemms
 
 ROPE_EAGER_FP32_BYTES = (44.0, 68.0)  # fp32 bytes per rotated element (forward, backward), see the docstring
 
@@ -63,7 +68,13 @@ def mlp_width(model, is_moe: bool) -> int:
 
 
 def layer_bytes_per_token(ctx, is_moe: bool = False) -> LayerBytes:
-    """Element-wise bytes per token of one decoder layer, dense or MoE (see the module docstring)."""
+    """Element-wise bytes per token of one decoder layer, dense or MoE (see the module docstring), fp8 casts
+    included."""
+    return with_fp8_casts(ctx, is_moe, _layer_bytes(ctx, is_moe))
+
+
+def _layer_bytes(ctx, is_moe: bool) -> LayerBytes:
+    """The element-wise work alone (norms, residual adds, RoPE, activation)."""
     m = ctx.model
     a = float(ctx.act_bytes)
     h = float(m.hidden_size)
@@ -80,6 +91,52 @@ def layer_bytes_per_token(ctx, is_moe: bool = False) -> LayerBytes:
     local_fwd = (5 * f if swiglu else 2 * f) * a + rope * (2 * a + rope_f)
     local_bwd = (9 * f if swiglu else 3 * f) * a + rope * (2 * a + rope_b)
     return LayerBytes(local_fwd, local_bwd, (4 + 6) * h * a, (10 + 6) * h * a)
+
+
+def with_fp8_casts(ctx, is_moe: bool, work: LayerBytes) -> LayerBytes:
+    """`work` plus the fp8 recipe's cast passes when the workload trains in fp8 on a GPU."""
+    if ctx.workload.dtype != "fp8" or ctx.gpu_kind_is_cpu:
+        return work
+    casts = fp8_cast_bytes_per_token(ctx.model, is_moe, runtime_costs(ctx.workload).fp8_casts)
+    return LayerBytes(*(x + y for x, y in zip((work.local_fwd, work.local_bwd, work.replicated_fwd, work.replicated_bwd),
+                                              (casts.local_fwd, casts.local_bwd, casts.replicated_fwd, casts.replicated_bwd))))
+
+
+# The linears that read one input (the normed hidden state): q/k/v and the MLP's gate/up. A recipe that fuses them
+# (TE's QKV and FC1) casts that input once.
+_SHARED_INPUT_SUFFIXES = {"_q": "_qkv", "_k": "_qkv", "_v": "_qkv", "_gate": "_in", "_up": "_in"}
+
+
+def fp8_cast_bytes_per_token(model, is_moe: bool, casts) -> LayerBytes:
+    """HBM bytes per token of one layer's fp8 casts at tp = 1 (`casts`: `cost.runtime.Fp8Casts`). Per linear of
+    `layer_gemms` (the MoE router stays bf16, planner.layout.workload.UNQUANTIZED_MATMUL_DTYPE): its input elements
+    (rows per token x k) at the input bytes, the normed ones (column-parallel linears reading the hidden state,
+    not the routed experts) at `normed_input_fwd`; its output gradient (rows x n) at `grad_bwd`. Column-parallel
+    inputs and row-parallel outputs are hidden-state sized, replicated across TP unless sequence parallel."""
+    h = model.hidden_size
+    local_fwd = local_bwd = rep_fwd = rep_bwd = 0.0
+    cast_inputs: set[str] = set()
+    for name, rows, k, n in layer_gemms(model, is_moe, 1, tp=1):
+        if name == "moe_router":
+            continue
+        kind = gemm_tp_split(name)
+        suffix = next((s for s in _SHARED_INPUT_SUFFIXES if name.endswith(s)), None)
+        group = name[: -len(suffix)] + _SHARED_INPUT_SUFFIXES[suffix] if suffix and not casts.per_linear else name
+        if group not in cast_inputs:
+            cast_inputs.add(group)
+            normed = kind == "column" and k == h and not name.startswith("moe_expert")
+            fwd = (casts.normed_input_fwd if normed else casts.input_fwd) * rows * k
+            bwd = casts.input_bwd * rows * k
+            if kind == "row":
+                local_fwd, local_bwd = local_fwd + fwd, local_bwd + bwd
+            else:
+                rep_fwd, rep_bwd = rep_fwd + fwd, rep_bwd + bwd
+        grad = casts.grad_bwd * rows * n
+        if kind == "column":
+            local_bwd += grad
+        else:
+            rep_bwd += grad
+    return LayerBytes(local_fwd, local_bwd, rep_fwd, rep_bwd)
 
 
 def gqa_repeat_bytes_per_token(ctx) -> float:

@@ -71,6 +71,42 @@ TP_OVERLAP_HIDDEN_FRACTION = 0.44
 
 
 @dataclass(frozen=True)
+class Fp8Casts:
+    """HBM bytes per element the fp8 recipe's casts move around each linear layer (fp8 workloads only; the fp8
+    GEMMs themselves are timed at the fp8 peak). Weights are not counted: Transformer Engine casts them once per
+    step (`is_first_microbatch`), torchao with FSDP's float8 all-gather casts only the local shard."""
+
+    input_fwd: float
+    """Per element of a linear's input, forward (cast, and where the recipe does it then, its fp8 transpose)."""
+    normed_input_fwd: float
+    """The same where the norm before the linear writes its output in fp8 itself (TE's LayerNormLinear)."""
+    input_bwd: float
+    """Per element of a linear's input, backward (a re-cast for the weight-gradient GEMM)."""
+    grad_bwd: float
+    """Per element of a linear's output gradient, backward (its casts for the two gradient GEMMs)."""
+    per_linear: bool
+    """Each linear casts its own input (one Float8Linear per nn.Linear: q, k, v and gate, up each once); False:
+    linears that read one input share its cast (TE's fused QKV and FC1)."""
+
+
+# torchao float8, tensorwise dynamic scaling (Float8Linear / matmul_with_hp_or_float8_args, torchao.float8
+# float8_linear.py; what TorchTitan's float8 converter and meshplan's pytorch runtimes run): forward casts the
+# input (hp_tensor_to_float8_dynamic: an amax reduction reading it, 2 B, then the scaled cast reading it and
+# writing fp8, 2 + 1 B = 5 B per element); backward casts the output gradient twice (row-major for the
+# input-gradient GEMM, column-major for the weight-gradient GEMM: 2 x 5 B) and the saved bf16 input again for the
+# weight gradient (5 B). Counted per kernel as the code issues them; torch.compile may fuse an amax into the op
+# before it, eager runs more passes (torch.abs materialises a copy): neither is assumed.
+_FP8_TORCHAO = Fp8Casts(input_fwd=5.0, normed_input_fwd=5.0, input_bwd=5.0, grad_bwd=10.0, per_linear=True)
+# Transformer Engine, delayed scaling (the amax is taken inside the cast kernel for the next step): Linear's
+# forward fp8_cast_transpose_fused writes the fp8 input and its transpose (read 2, write 1 + 1 = 4 B);
+# LayerNormLinear's norm writes fp8 instead of bf16 (1 B less than the norm's counted output) and the transpose
+# for the weight gradient reads and writes 1 B each (net 1 B); backward grad_output_preprocess casts the output
+# gradient with fp8_cast_transpose_fused (4 B) (transformer_engine/pytorch/module/linear.py and base.py,
+# TE 1.x). Megatron-Core's TELayerNormColumnParallelLinear (QKV, FC1) and TERowParallelLinear (proj, FC2).
+_FP8_TRANSFORMER_ENGINE = Fp8Casts(input_fwd=4.0, normed_input_fwd=1.0, input_bwd=0.0, grad_bwd=4.0, per_linear=False)
+
+
+@dataclass(frozen=True)
 class RuntimeCosts:
     """Per-runtime facts the cost terms read (bytes are per element, per logit or per parameter)."""
 
@@ -143,6 +179,8 @@ class RuntimeCosts:
     through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
     on the way back), so every TP rank of the expert computes its FFN columns for all of them; False: every TP
     rank dispatches the whole micro-batch (the executor's MoE, executor/moe.py)."""
+    fp8_casts: Fp8Casts
+    """What its fp8 recipe casts around each linear layer (Fp8Casts)."""
 
 
 # Cross-entropy bytes per logit, counted per op:
@@ -195,7 +233,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -208,7 +246,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -249,7 +287,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # both GEMMs (Workload.async_tp_backward False).
         async_tp_backward=True,
         # Its distributed optimizer shards over dp x cp, as FSDP does everywhere: planner.layout.expert_groups.
-        logits_bytes_per_logit=_LOGITS_MEGATRON,
+        logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE,
     ),
 }
 

@@ -13,9 +13,9 @@ lists, in words a user can act on, where it leaves that envelope:
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
 - FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
   kernel (Hopper), with no validated run of that family using it;
-- a training precision (`Workload.dtype`) no validated run trained in: fp8 GEMM peaks are twice bf16's, but the
-  runs that trained in fp8 measured far less (TorchTitan 2024 Table 1: +28 % from Float8 on Llama 3.1 8B) and
-  carry gaps, so none validates it;
+- a training precision (`Workload.dtype`) no validated run trained in, or none of the plan's runtime: fp8 GEMM
+  peaks are twice bf16's, but runs measure far less (TorchTitan 2024 Table 1: +28 % from Float8 on Llama 3.1 8B;
+  NeMo on DGX H100: 1.33-1.50x), and each stack's recipe casts differently (cost.runtime.Fp8Casts);
 - a predicted MFU above the best published MFU of the GPU family (then the prediction beats every run ever
   published on that hardware, which is the first thing to doubt).
 """
@@ -86,6 +86,8 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
     dtype = str(ctx.workload.dtype)
     if runs and not any(r.dtype == dtype for r in runs):
         out.append(f"dtype {dtype}: no validated run trained in {dtype}")
+    elif same_runtime and not any(r.dtype == dtype for r in same_runtime):  # another stack's fp8 recipe vouches not
+        out.append(f"dtype {dtype} on runtime {runtime}: no validated run of this training stack trained in {dtype}")
     kernel = str(getattr(ctx.workload, "attention_kernel", "auto"))
     if (kernel != "auto" and getattr(ctx.gpu, "attention_efficiency_flash2", None) and ctx.flash_attention
             and not any(r.attention_kernel == kernel for r in same_family)):

@@ -449,3 +449,25 @@ def test_flash2_times_attention_at_its_own_efficiency_where_the_profile_has_one(
     assert workload_for(PROFILES["torchtitan"], w).attention_kernel == "flash2"
     assert workload_for(PROFILES["meshplan"], w).attention_kernel == "auto"
     assert workload_for(PROFILES["torchtitan"], Workload(global_batch=8, seq_len=4096, attention_kernel="auto")).attention_kernel == "auto"
+
+
+def test_fp8_cast_passes_per_recipe() -> None:
+    """fp8 adds the recipe's casts around every linear (cost.runtime.Fp8Casts), counted by hand for the test model
+    (h = q = 1024, kv = 256, f = 4096, SwiGLU). Transformer Engine (megatron): QKV and FC1 read the norm's fp8
+    output (1 B per input element, one cast each), proj and FC2 cast with their transpose (4 B), every output
+    gradient 4 B. torchao (pytorch runtimes): each of the seven linears casts its input forward and backward
+    (5 B each) and its output gradient twice (10 B). Column-parallel inputs and row-parallel outputs are the
+    replicated (hidden-state) share. bf16 adds nothing."""
+    base = elementwise.layer_bytes_per_token(ctx_for("megatron"))
+    te = elementwise.layer_bytes_per_token(ctx_for("megatron", dtype="fp8"))
+    got = (te.local_fwd - base.local_fwd, te.replicated_fwd - base.replicated_fwd,
+           te.local_bwd - base.local_bwd, te.replicated_bwd - base.replicated_bwd)
+    assert got == (4 * Q + 4 * F, 1 * H + 1 * H, 4 * (Q + 2 * KV + 2 * F), 4 * (H + H))
+    for runtime in ("pytorch", "pytorch-compile"):
+        base = elementwise.layer_bytes_per_token(ctx_for(runtime))
+        ao = elementwise.layer_bytes_per_token(ctx_for(runtime, dtype="fp8"))
+        got = (ao.local_fwd - base.local_fwd, ao.replicated_fwd - base.replicated_fwd,
+               ao.local_bwd - base.local_bwd, ao.replicated_bwd - base.replicated_bwd)
+        inputs_rep, inputs_local = 5 * H, Q + F  # q, k, v, gate, up read h; out reads q, down reads f
+        assert got == (5 * inputs_local, 5 * inputs_rep, 5 * inputs_local + 10 * (Q + 2 * KV + 2 * F),
+                       5 * inputs_rep + 10 * (H + H)), runtime

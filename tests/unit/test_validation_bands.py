@@ -131,6 +131,14 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
                        framework="any")
     assert extrapolations(fp8, small, mfu=0.40, runs=runs) == ("dtype fp8: no validated run trained in fp8",)
     assert extrapolations(fp8, small, mfu=0.40, runs=[*runs, run(id="f8", dtype="fp8")]) == ()
+    # fp8 validated on Megatron (Transformer Engine) does not vouch for torchao's recipe on the pytorch stack
+    fp8_torch = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-h100", gpus=512),
+                             Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="pytorch", dtype="fp8"),
+                             framework="any")
+    mixed = [*runs, run(id="f8", dtype="fp8"),
+             *(run(id=f"p{i}", runtime="pytorch", pp=8, schedule="interleaved") for i in range(3))]
+    got = extrapolations(fp8_torch, small, mfu=0.40, runs=mixed)
+    assert got == ("dtype fp8 on runtime pytorch: no validated run of this training stack trained in fp8",)
     # FlashAttention-2 on Hopper, which no validated run used; on Ampere it is the profile's own kernel: nothing to say
     def flash2(cluster: str) -> object:
         return make_context(preset("llama3-70b"), hardware_profiles.cluster(cluster, gpus=512),
