@@ -60,6 +60,11 @@ MASTER_WEIGHTS: tuple[str, ...] = ("fp32", "remainders", "none")
 the default first: a full fp32 copy; only the 16 low bits the bf16 weight lacks ("remainders": Transformer
 Engine's FusedAdam and Apex DistributedFusedAdam store_param_remainders); or none (updates applied to the bf16
 weights: Apex DistributedFusedAdam with a bf16 optimizer dtype)."""
+SENT_STAGE_OUTPUTS: tuple[str, ...] = ("freed", "kept", "kept-tp-shard")
+"""What a pipeline stage keeps of each output it has sent until that micro-batch's backward
+(`Workload.sent_stage_outputs`, `RuntimeCosts.sent_stage_outputs`): nothing (Megatron's deallocate_output_tensor),
+the stage's local output (torch.distributed.pipelining's forward cache, Megatron-LM 2021), or this TP rank's 1/tp
+slice of it (DeepSpeed's pipeline engine with model parallelism)."""
 TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
 """Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
 a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""
