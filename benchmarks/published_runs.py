@@ -87,7 +87,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                      "overlap_pp_comm": False, "grad_accumulation_fusion": False,
                      # the column-parallel backward all-reduces after both GEMMs (_CopyToModelParallelRegion.backward,
                      # aed2f75e megatron/mpu/mappings.py); the async all-reduce came with 3f652469 (2021-09-02)
-                     "async_tp_backward": False},
+                     "async_tp_backward": False,
+                     # each stage keeps its sent outputs until their backward (megatron/schedules.py at 50a4b5fa02:
+                     # `output_tensors.append(output_tensor)`; deallocate_output_tensor came with c1e4526b, 2022-01)
+                     "sent_stage_outputs": "kept"},
     },
     "deepspeed-2021-zero3": {
         # Narayanan et al. 2021 Table 2 baseline: DeepSpeed ZeRO-3 "without any model parallelism".
@@ -210,7 +213,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                      "zero1_grad_allreduce": True,
                      # its ColumnParallelLinear all-reduces the input gradient in _CopyToModelParallelRegion.backward,
                      # after both GEMMs (131bd43e, 2022-06, megatron/mpu/layers.py line 333): no async all-reduce
-                     "async_tp_backward": False},
+                     "async_tp_backward": False,
+                     # the pipeline engine keeps this TP rank's 1/tp slice of each sent output until its backward
+                     # (deepspeed/runtime/pipe/engine.py _exec_forward_pass at 2151c787a: planner/cost/runtime.py)
+                     "sent_stage_outputs": "kept-tp-shard"},
     },
     "megatron-deepspeed-2022-02": {
         # BigScience's tr11 design runs of February 2022 (chronicles-prequel.md, before 02-28): the same fork with
@@ -221,7 +227,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"schedule": ("1f1b", "gpipe"), "zero": (0, 1), "recompute": ("none", "full"), "sequence_parallel": False,
                      "cp": 1, "ep": 1},
         "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
-                     "zero1_grad_allreduce": False, "async_tp_backward": False},
+                     "zero1_grad_allreduce": False, "async_tp_backward": False, "sent_stage_outputs": "kept-tp-shard"},
     },
     "metaseq-2022": {
         # OPT (metaseq opt_baselines.py): FSDP (ZeRO-2-like without reshard after forward) + Megatron TP, no SP, no

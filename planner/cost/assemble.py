@@ -26,7 +26,8 @@ So the search, the plans and the schedule figure share every formula below:
   breakdown         compute and in-layer communication of the bottleneck rank (the first rank with the
                     largest t_r), times m;
   memory            per rank (`rank_memory`): model states (ZeRO), activations x micro-batches in flight
-                    (schedule registry), logits on the last rank, FSDP buffers, reserve; peak = the largest.
+                    (schedule registry) plus the sent stage outputs the runtime keeps, logits on the last rank,
+                    FSDP buffers, reserve; peak = the largest.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from planner.cost.context import CostContext
 from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.partition import StageSplit
 from planner.layout.expert_groups import state_shard_ranks
-from planner.layout.schedules import by_code, inflight_microbatches, makespan
+from planner.layout.schedules import by_code, inflight_microbatches, inflight_sent_outputs, makespan
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
 
@@ -103,6 +104,9 @@ def rank_memory(ctx: CostContext, table: dict[str, np.ndarray], params: np.ndarr
     wgt, grd, opt = memory.model_state_bytes(ctx, params, zero, shard, pp, expert_params, expert_shard,
                                              cp=col(table["cp"]))
     acts = activation_bytes * layers * inflight_microbatches(sched, rank, pp, v, m)
+    # the stage outputs it has sent and still holds (`memory.sent_output_bytes`; 0 where the runtime frees them)
+    sent = col(memory.sent_output_bytes(ctx, table["mb"], table["tp"], table["cp"], table["sp"]))
+    acts = acts + sent * inflight_sent_outputs(sched, rank, pp, v, m, last)
     logits = last * col(memory.logits_bytes(ctx, table["mb"], table["tp"], table["cp"]))
     shape = np.broadcast(wgt, acts, logits).shape
     out = {"weights": wgt, "gradients": grd, "optimizer": opt, "activations": acts, "logits": logits,

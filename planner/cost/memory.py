@@ -36,6 +36,12 @@ g = kv_heads/heads:
   act_bytes/2 for fp32 runs.
 In-flight micro-batches per pipeline rank: each schedule's own, in the schedule registry
 (planner/layout/schedules.py); `cost.assemble.rank_memory` multiplies them in.
+Sent stage outputs: a runtime that keeps each output a stage has sent until that micro-batch's backward
+(`RuntimeCosts.sent_stage_outputs`, `Workload.sent_stage_outputs`: torch.distributed.pipelining, Megatron-LM 2021,
+DeepSpeed's pipeline engine; runtime.py cites the code) holds, per sent output in flight
+(`schedules.inflight_sent_outputs`), the stage's local output beyond the activations above, which autograd does not
+keep (the last layer's residual sum): a s*b*h bytes, / tp with SP (`sent_output_bytes`); DeepSpeed's 1/tp slice
+a s*b*h / tp; none where Megatron frees it after the send.
 Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term);
 Megatron's loss holds 6 B per logit (16-bit logits + one fp32 copy: `RuntimeCosts.logits_bytes_per_logit`).
 FSDP/ZeRO-3 keeps two gathered layers (current + prefetch) of 16-bit weights and their gradients as buffers.
@@ -214,6 +220,22 @@ def moe_activation_bytes_per_token(ctx: CostContext, tp: np.ndarray, sp: np.ndar
     dispatched = ep_dispatch_tokens(ctx, np.ones_like(t), tp, sp)
     return (2 * k * h + _mlp_local_bytes_per_token(m, (k + moe.num_shared_experts) * fe) / t
             + 2 * k * h * dispatched)
+
+
+def sent_output_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes a pipeline stage keeps per output it has sent, until that micro-batch's backward (module docstring):
+    the runtime's `RuntimeCosts.sent_stage_outputs` unless the workload names its release's
+    (`Workload.sent_stage_outputs`). "kept": the local output, s/cp x b x h activation values, / tp under sequence
+    parallelism; "kept-tp-shard": / tp always; "freed": 0."""
+    kept = getattr(ctx.workload, "sent_stage_outputs", None) or runtime_costs(ctx.workload).sent_stage_outputs
+    t = np.asarray(tp, dtype=float)
+    whole = ctx.workload.seq_len / np.asarray(cp, dtype=float) * np.asarray(b, dtype=float) \
+        * float(ctx.model.hidden_size) * ctx.act_bytes
+    if kept == "kept":
+        return whole / np.where(np.asarray(sp, dtype=bool), t, 1.0)
+    if kept == "kept-tp-shard":
+        return whole / t
+    return np.zeros_like(whole)
 
 
 def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:

@@ -174,6 +174,10 @@ class RuntimeCosts:
     logits_bytes_per_logit: float
     """Peak bytes per logit (s/cp x b x V/tp on the last pipeline rank) the LM head and the loss hold at once,
     beside the activations (`memory.logits_bytes`)."""
+    sent_stage_outputs: str
+    """What each pipeline stage keeps of an output it has sent until that micro-batch's backward
+    (`planner.layout.names.SENT_STAGE_OUTPUTS`; `Workload.sent_stage_outputs` overrides it for a release that
+    differs; `memory.sent_output_bytes`)."""
     ep_dispatch_sequence_shard: bool
     """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
     through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
@@ -224,6 +228,37 @@ _CLIP = 3.0 * FP32_BYTES
 _LOGITS_FP32_AND_GRAD = 2.0 * FP32_BYTES
 _LOGITS_MEGATRON = BF16_BYTES + FP32_BYTES
 
+# Sent stage outputs (`RuntimeCosts.sent_stage_outputs`), per micro-batch in flight on a stage:
+# pytorch, pytorch-compile: "kept". torch.distributed.pipelining (torch 2.13.0, cf30153c; what meshplan run and
+# TorchTitan use) stores each forward's output tuple in the stage's forward cache until that micro-batch's backward
+# pops it (torch/distributed/pipelining/stage.py `forward_one_chunk`: `self.fwd_cache[fwd_chunk_id] =
+# (output_tuple, flatten_input_tensors)`; `backward_one_chunk`: `self.fwd_cache.pop(bwd_chunk_id)`); the send
+# only aliases it (`get_fwd_send_ops`: `to_local_if_dtensor(out, detach=True)`), and nothing frees its storage
+# before the backward (the only in-place detach, after the backward, is on the last stage's output). The output
+# of a non-last stage is its last layer's residual sum (executor/model.py Block.forward `h + self.feed_forward(..)`;
+# TorchTitan's TransformerBlock alike), and an addition saves no tensor for its backward, so autograd does not
+# hold that storage already: it is s/cp x b x h activation values beyond the layers' count, the local tensor (the
+# whole sequence on every TP rank without sequence parallelism, its 1/tp shard with it: executor/tp.py keeps the
+# residual stream Replicate or Shard(1)). Under torch.compile the block's output is a graph output, not a saved
+# tensor, so the same holds.
+# megatron: "freed". Megatron-LM's schedules replace each sent output's .data by a 1-element tensor right after the
+# send (`deallocate_output_tensor`, megatron/schedules.py, Megatron-LM c1e4526b, 2022-01-13; in Megatron-LM main
+# from late January 2022, so in 55ba1f7b (2022-05) and every later release), keeping only its grad_fn for the
+# backward; Megatron-Core does it when `deallocate_pipeline_outputs`, which Megatron-LM's training sets
+# (megatron/core/pipeline_parallel/schedules.py `deallocate_output_tensor`; megatron/training/argument_utils.py
+# line 305 `kw_args['deallocate_pipeline_outputs'] = True`, Megatron-LM d98e8a64, 2026-08). Releases before it keep
+# the whole output: `Workload.sent_stage_outputs` "kept" (published_runs.FRAMEWORKS "megatron-lm-2021": megatron/
+# schedules.py at 50a4b5fa02, 2021-04, `output_tensors.append(output_tensor)` after `send_forward`, popped only for
+# the micro-batch's backward, per model chunk when interleaved). DeepSpeed's pipeline engine keeps a 1/tp slice
+# ("kept-tp-shard", the Megatron-DeepSpeed frameworks there: deepspeed/runtime/pipe/engine.py `_exec_forward_pass`
+# clones this model-parallel rank's part of the output (PartitionedTensor, runtime/utils.py `_partition_tensor`
+# `.narrow(...).clone()`), sets `first_output.data = torch.zeros(1)` and keeps the part in
+# `pipe_buffers['outputs'][buffer_id]` until `_exec_backward_pass` sets it to None; at DeepSpeed 2151c787a,
+# 2022-02, whenever the model is tensor-parallel, and at 38327e07 (0.16.5, 2025-02) by default
+# (`pipeline.pipe_partitioned` True); without TP it keeps the whole output, which is the same 1/tp at tp = 1).
+_SENT_KEPT = "kept"
+_SENT_FREED = "freed"
+
 RUNTIME_COSTS: dict[str, RuntimeCosts] = {
     "pytorch": RuntimeCosts(
         name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
@@ -233,7 +268,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -246,7 +281,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -287,7 +322,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # both GEMMs (Workload.async_tp_backward False).
         async_tp_backward=True,
         # Its distributed optimizer shards over dp x cp, as FSDP does everywhere: planner.layout.expert_groups.
-        logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE,
+        logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE, sent_stage_outputs=_SENT_FREED,
     ),
 }
 

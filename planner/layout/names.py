@@ -68,6 +68,11 @@ runs; FlashAttention-2 on Ampere, where it is the fastest. flash2: FlashAttentio
 (`attention_efficiency_flash2`): PyTorch's SDPA before torch 2.9 (the flash backend first, cuDNN opt-in:
 pytorch/pytorch#138649), TorchTitan on Hopper (its SDPA wrapper ranks FLASH_ATTENTION first and adds cuDNN only on
 sm100), the flash-attn 2 package."""
+SENT_STAGE_OUTPUTS: tuple[str, ...] = ("freed", "kept", "kept-tp-shard")
+"""What a pipeline stage keeps of each output it has sent until that micro-batch's backward
+(`Workload.sent_stage_outputs`, `RuntimeCosts.sent_stage_outputs`): nothing (Megatron's deallocate_output_tensor),
+the stage's local output (torch.distributed.pipelining's forward cache, Megatron-LM 2021), or this TP rank's 1/tp
+slice of it (DeepSpeed's pipeline engine with model parallelism)."""
 TP_OVERLAP_RUNTIMES: tuple[str, ...] = ("pytorch-compile", "megatron")
 """Runtimes that can pipeline TP collectives with their GEMMs (`Workload.tp_comm_overlap`): PyTorch's async TP is
 a torch.compile pass (TorchTitan `--compile.enable_async_tensor_parallel`), Megatron has `--tp-comm-overlap`."""

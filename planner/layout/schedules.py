@@ -20,7 +20,9 @@ and m * t_0 for one pipeline rank (every schedule is the same loop then). Each i
 Micro-batches whose activations rank r of p holds at its peak (Narayanan et al. 2021 Sec. 2.2; Korthikanti
 et al. 2022 Sec. 4.2.3): GPipe m; 1F1B and ZB-H1 (Qi et al. 2023 Sec. 3) p - r; interleaved with v chunks
 ((p - r - 1) * 2 + (v - 1) * p + 1) / v, which is p(1 + (p-1)/(pv)) for r = 0 as in Korthikanti; at most m,
-and 1 without pipelining.
+and 1 without pipelining. Each in-flight micro-batch holds one output per model chunk (v times the count above
+in (micro-batch, chunk) pairs), sent to the next stage except on the model's last chunk, whose output is the
+logits: `inflight_sent_outputs` (what the runtime keeps of each: `cost.memory.sent_output_bytes`).
 
 Framework names: torch.distributed.pipelining classes as the executor builds them (zb-h1 is
 `ScheduleInterleavedZeroBubble` with one chunk per rank: backward split into input- and weight-gradient
@@ -238,3 +240,19 @@ def inflight_microbatches(codes: np.ndarray, rank: Array, pp: Array, v: Array, m
     out = by_code(codes, lambda s: s.inflight_formula(r, p, vv, mf))
     out = np.where(np.asarray(pp) == 1, 1.0, out)
     return np.minimum(out, mf)
+
+
+def inflight_sent_outputs(codes: np.ndarray, rank: Array, pp: Array, v: Array, m: Array, last: Array) -> np.ndarray:
+    """Stage outputs `rank` has sent and still holds at its peak, by schedule: its in-flight (micro-batch, chunk)
+    pairs, `inflight_microbatches` x v (the count is in units of the rank's whole activations, a chunk holding 1/v
+    of them), less those of the model's last chunk on the `last` rank, which sends nothing: all of them with one
+    chunk per rank, one with interleaving (its forward is followed at once by its backward: the last rank's
+    warm-up is the (v - 1) p forwards of its other chunks, Narayanan et al. 2021 Sec. 2.2.2, Megatron-LM
+    50a4b5fa02 megatron/schedules.py `num_warmup_microbatches`, torch ScheduleInterleaved1F1B alike). 0 when pp == 1."""
+    import numpy as np
+
+    vv = np.asarray(v).astype(float)
+    pairs = inflight_microbatches(codes, rank, pp, v, m) * vv
+    own = np.where(vv > 1, np.minimum(pairs, 1.0), pairs)  # the last chunk's in-flight micro-batches
+    held = pairs - np.where(np.asarray(last, dtype=bool), own, 0.0)
+    return np.where(np.asarray(pp) == 1, 0.0, held)

@@ -27,6 +27,7 @@ from planner.layout.names import (
     MASTER_WEIGHTS,
     OPTIMIZER_STATE_DTYPES,
     RUNTIME_NAMES,
+    SENT_STAGE_OUTPUTS,
     TP_OVERLAP_RUNTIMES,
 )
 
@@ -36,6 +37,7 @@ OptimizerStateDType = Literal[OPTIMIZER_STATE_DTYPES]  # type: ignore[valid-type
 MasterWeights = Literal[MASTER_WEIGHTS]  # type: ignore[valid-type]
 Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 AttentionKernel = Literal[ATTENTION_KERNELS]  # type: ignore[valid-type]
+SentStageOutputs = Literal[SENT_STAGE_OUTPUTS]  # type: ignore[valid-type]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
@@ -117,6 +119,16 @@ class Workload(BaseModel):
         "until Megatron-Core ignored the flag). False models a release that all-reduces after both GEMMs "
         "(Megatron-LM 2021 before it, BigScience's Megatron-DeepSpeed). With sequence parallelism Megatron "
         "overlaps its reduce-scatter either way.",
+    )
+    sent_stage_outputs: SentStageOutputs | None = Field(
+        None,
+        description="What a pipeline stage keeps of each output it has sent, per micro-batch in flight, until that "
+        "micro-batch's backward. None: what the runtime does (megatron frees it after the send, "
+        "deallocate_output_tensor since Megatron-LM c1e4526b, Jan 2022; pytorch and pytorch-compile keep it in "
+        "torch.distributed.pipelining's forward cache). freed: nothing. kept: the stage's local output tensor "
+        "(sequence/cp x micro-batch x hidden, / tp under sequence parallelism), as Megatron-LM 2021 kept it in its "
+        "schedule's output_tensors. kept-tp-shard: this TP rank's 1/tp slice of it (DeepSpeed's pipeline engine "
+        "partitions the output over the model-parallel group and frees the whole). Nothing without pipelining.",
     )
     zero1_grad_allreduce: bool = Field(
         False,

@@ -27,6 +27,7 @@ from published_partitions import PARTITION_RULES, deepspeed_type_partition, fram
 from published_runs import FRAMEWORKS  # noqa: E402
 from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
 
+from planner.cost.memory import RESERVE_FIXED_BYTES, RESERVE_FRACTION  # noqa: E402
 from planner.layout import Workload  # noqa: E402
 from planner.layout.schedules import ScheduleCode  # noqa: E402
 
@@ -36,7 +37,10 @@ CASES = {
     # (0.880 -> 0.811): the 2021 rows from -2..-6 % to +0.5..+1.8 %, Qi 6.2B from -10.7 to -4.0 %, Qi 1.5B from
     # +0.5 to +7.0 % (its smallest model, now over-predicted).
     "narayanan2021_table1_18.4B": ((-10.0, 5.0), None),
-    "narayanan2021_table1_1008.0B": ((-10.0, 5.0), 5),
+    # Megatron-LM 2021 kept each sent stage output until its backward (megatron/schedules.py output_tensors): the
+    # 1T layout's interleaved schedule (v >= 2 on 64 stages of 2 layers) then counts 77.1 GiB on stage 0, which fits
+    # the 80 GiB A100 but not under the planning reserve (1 GiB + 5 %): "OOM", predicted at its least-memory setting.
+    "narayanan2021_table1_1008.0B": ((-10.0, 5.0), "within reserve"),
     "megatron_core_2024_h100_177B": ((-10.0, 0.0), None),  # TP and P2P overlap on, as the source ran it
     "narayanan2021_table2_PTD-P_529.6B_1120gpu": ((-10.0, 5.0), 5),
     "korthikanti2022_table5_530B_selective_sp": ((-5.0, 5.0), 5),
@@ -60,6 +64,13 @@ def test_published_subset_stays_in_its_error_band() -> None:
         (low, high), worst_rank = CASES[row.case]
         assert np.isfinite(row.predicted_s) and row.predicted_s > 0, row.case
         assert low <= row.error_pct <= high, f"{row.case}: {row.error_pct:.1f} % outside [{low}, {high}]"
+        if worst_rank == "within reserve":  # it ran: counted over capacity by less than the reserve
+            cluster = build_cluster(_case(row.case))
+            capacity = cluster.gpus[cluster.host_gpu_names[0]].memory_bytes
+            reserve = RESERVE_FIXED_BYTES + RESERVE_FRACTION * capacity
+            peak = int(row.rank.removeprefix("OOM ").removesuffix("GiB")) * 2**30
+            assert row.rank.startswith("OOM") and capacity < peak + 2**30 and peak <= capacity + reserve, row
+            continue  # no pick and no gain for a layout the memory model refuses
         if worst_rank is not None:
             assert row.rank.isdigit() and int(row.rank) <= worst_rank, f"{row.case}: published layout ranks {row.rank}"
         # The spread over unstated settings brackets the best-setting prediction; the pick is never slower.
