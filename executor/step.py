@@ -92,7 +92,10 @@ def forward_backward(model: ParallelModel, inputs: torch.Tensor, targets: torch.
         losses: list[torch.Tensor] = []
         args = (inputs,) if model.has_first else ()
         target = targets if model.has_last else None
-        model.schedule.step(*args, target=target, losses=losses if model.has_last else None)
+        # return_outputs=False: only the losses are needed. Left True (torch's default), the last stage keeps every
+        # micro-batch's output (the logits, s x V per sequence) until the step ends (stage.py `output_chunks`),
+        # memory the plan never counted: on a GPU that runs out at a few dozen micro-batches.
+        model.schedule.step(*args, target=target, losses=losses if model.has_last else None, return_outputs=False)
         sync_tied_embeddings(model)
         return torch.stack([loss.detach() for loss in losses]).mean() if model.has_last else None
     (part,) = model.parts

@@ -20,6 +20,7 @@ def assert_matches_reference(r: dict | None, launch_tail: str, *, bf16_reduce: b
     assert "error" not in r, f"{name}: {r.get('error')}"
     assert r["covered"] == r["ref_numel"], f"{name}: compared {r['covered']} of {r['ref_numel']} parameters"
     assert r["init_err"] == 0.0, f"{name}: initial weights differ from the reference: {r['init_err']:.2e}"
+    assert r["held_outputs"] == 0, f"{name}: pipeline stages kept {r['held_outputs']} micro-batch outputs after the step"
     if bf16_reduce:
         _assert_bf16_reduce(r, name)
         return

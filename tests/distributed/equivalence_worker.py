@@ -254,10 +254,13 @@ def run_case(case: dict, world_size: int) -> dict:
     losses = []
     grad_err, worst_grad = 0.0, ""
     log = RoutingLog()
+    held_outputs = 0
     for step in range(1, steps + 1):
         inputs, targets = run.batch(step)
         with log:
             local = forward_backward(run.model, inputs, targets)
+        # pipeline stages must not keep the step's outputs (the logits) after it: the plan's memory has no room
+        held_outputs = max(held_outputs, sum(len(stage.output_chunks) for stage in run.model.stages))
         if step == 1:
             got_grads = full_params(run.model.parts, grads=True)
             grad_errs = rel_errs(got_grads, ref["grads"])
@@ -300,6 +303,7 @@ def run_case(case: dict, world_size: int) -> dict:
         "grad_err": errs[4].item(),
         "optimizer_memory_err": errs[5].item(),
         "covered": int(count.item()),
+        "held_outputs": held_outputs,
         "ref_numel": ref["numel"],
         "worst_on_rank0": {"grad": worst_grad, "weight": worst_weight},
         "routing": log.summary(layout.ep, run.args.moe.num_experts if run.args.moe else 0),
