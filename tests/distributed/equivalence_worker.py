@@ -291,6 +291,8 @@ def run_case(case: dict, world_size: int) -> dict:
     dist.all_reduce(errs, op=dist.ReduceOp.MAX)
     count = torch.tensor([covered], dtype=torch.int64)
     dist.all_reduce(count)
+    held = torch.tensor([held_outputs], dtype=torch.int64)  # the last stage's rank holds them, not rank 0
+    dist.all_reduce(held, op=dist.ReduceOp.MAX)
     return {
         "name": case["name"],
         "layout": layout.describe(),
@@ -303,7 +305,7 @@ def run_case(case: dict, world_size: int) -> dict:
         "grad_err": errs[4].item(),
         "optimizer_memory_err": errs[5].item(),
         "covered": int(count.item()),
-        "held_outputs": held_outputs,
+        "held_outputs": int(held.item()),
         "ref_numel": ref["numel"],
         "worst_on_rank0": {"grad": worst_grad, "weight": worst_weight},
         "routing": log.summary(layout.ep, run.args.moe.num_experts if run.args.moe else 0),
