@@ -92,9 +92,10 @@ def forward_backward(model: ParallelModel, inputs: torch.Tensor, targets: torch.
         losses: list[torch.Tensor] = []
         args = (inputs,) if model.has_first else ()
         target = targets if model.has_last else None
-        # return_outputs=False: only the losses are needed. Left True (torch's default), the last stage keeps every
-        # micro-batch's output (the logits, s x V per sequence) until the step ends (stage.py `output_chunks`),
-        # memory the plan never counted: on a GPU that runs out at a few dozen micro-batches.
+        # return_outputs=False: the step's result is unused, and with it True the last stage keeps every
+        # micro-batch's output (the logits) in `output_chunks` until the step ends and then concatenates them
+        # (torch 2.13 pipelining/stage.py forward_one_chunk `if self.is_last and save_forward_output`;
+        # schedules.py `_merge_outputs`), memory the planner does not count.
         model.schedule.step(*args, target=target, losses=losses if model.has_last else None, return_outputs=False)
         sync_tied_embeddings(model)
         return torch.stack([loss.detach() for loss in losses]).mean() if model.has_last else None

@@ -27,7 +27,7 @@ So the search, the plans and the schedule figure share every formula below:
                     largest t_r), times m;
   memory            per rank (`rank_memory`): model states (ZeRO), activations x micro-batches in flight
                     (schedule registry) plus the sent stage outputs the runtime keeps, logits on the last rank,
-                    FSDP buffers, reserve; peak = the largest.
+                    FSDP buffers and the pipeline receive buffers the runtime keeps, reserve; peak = the largest.
 """
 
 from __future__ import annotations
@@ -42,7 +42,13 @@ from planner.cost.context import CostContext
 from planner.cost.dp_groups import replicate_coeffs
 from planner.cost.partition import StageSplit
 from planner.layout.expert_groups import state_shard_ranks
-from planner.layout.schedules import by_code, inflight_microbatches, inflight_sent_outputs, makespan
+from planner.layout.schedules import (
+    by_code,
+    extra_recv_buffers,
+    inflight_microbatches,
+    inflight_sent_outputs,
+    makespan,
+)
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "reserve")
 
@@ -108,6 +114,10 @@ def rank_memory(ctx: CostContext, table: dict[str, np.ndarray], params: np.ndarr
     sent = col(memory.sent_output_bytes(ctx, table["mb"], table["tp"], table["cp"], table["sp"]))
     acts = acts + sent * inflight_sent_outputs(sched, rank, pp, v, m, last)
     logits = last * col(memory.logits_bytes(ctx, table["mb"], table["tp"], table["cp"]))
+    # the receive buffers a runtime allocates for every micro-batch of the step, beyond the in-flight stage inputs
+    # (`memory.recv_buffer_bytes`, `schedules.extra_recv_buffers`; 0 where the runtime allocates them per transfer)
+    recv = col(memory.recv_buffer_bytes(ctx, table["mb"], table["tp"], table["cp"], table["sp"]))
+    buffer_bytes = buffer_bytes + recv * extra_recv_buffers(sched, rank, pp, v, m, last)
     shape = np.broadcast(wgt, acts, logits).shape
     out = {"weights": wgt, "gradients": grd, "optimizer": opt, "activations": acts, "logits": logits,
            "buffers": np.broadcast_to(buffer_bytes, shape), "reserve": np.full(shape, memory.reserve_bytes(ctx))}

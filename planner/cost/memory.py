@@ -42,6 +42,12 @@ DeepSpeed's pipeline engine; runtime.py cites the code) holds, per sent output i
 (`schedules.inflight_sent_outputs`), the stage's local output beyond the activations above, which autograd does not
 keep (the last layer's residual sum): a s*b*h bytes, / tp with SP (`sent_output_bytes`); DeepSpeed's 1/tp slice
 a s*b*h / tp; none where Megatron frees it after the send.
+Receive buffers: a runtime that allocates an activation and a gradient receive buffer for every micro-batch of
+the step and keeps them (`RuntimeCosts.step_recv_buffers`: torch.distributed.pipelining; runtime.py cites the
+code) holds, per pipeline rank, the buffers beyond the in-flight micro-batches' stage inputs the activations
+above already count (`schedules.extra_recv_buffers`), each the stage's local input or output: a s*b*h bytes,
+/ tp with SP (`recv_buffer_bytes`); counted as buffers, not activations. None where Megatron allocates them per
+transfer.
 Logits: fp32 logits and their gradient, 2 x 4 B x s*b*V/tp, on the last rank (Korthikanti App. A's extra term);
 Megatron's loss holds 6 B per logit (16-bit logits + one fp32 copy: `RuntimeCosts.logits_bytes_per_logit`).
 FSDP/ZeRO-3 keeps two gathered layers (current + prefetch) of 16-bit weights and their gradients as buffers.
@@ -236,6 +242,19 @@ def sent_output_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.nd
     if kept == "kept-tp-shard":
         return whole / t
     return np.zeros_like(whole)
+
+
+def recv_buffer_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes of one pipeline receive buffer a runtime that allocates them per micro-batch of the step keeps
+    (`RuntimeCosts.step_recv_buffers`; module docstring): the stage's local input (activation buffer) or output
+    (gradient buffer), s/cp x b x h activation values, / tp under sequence parallelism (the residual stream is
+    Shard(1) over TP then, Replicate without: executor/tp.py); 0 where the runtime allocates them per transfer."""
+    t = np.asarray(tp, dtype=float)
+    whole = ctx.workload.seq_len / np.asarray(cp, dtype=float) * np.asarray(b, dtype=float) \
+        * float(ctx.model.hidden_size) * ctx.act_bytes
+    if not runtime_costs(ctx.workload).step_recv_buffers:
+        return np.zeros_like(whole)
+    return whole / np.where(np.asarray(sp, dtype=bool), t, 1.0)
 
 
 def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:

@@ -178,6 +178,10 @@ class RuntimeCosts:
     """What each pipeline stage keeps of an output it has sent until that micro-batch's backward
     (`planner.layout.names.SENT_STAGE_OUTPUTS`; `Workload.sent_stage_outputs` overrides it for a release that
     differs; `memory.sent_output_bytes`)."""
+    step_recv_buffers: bool
+    """Each pipeline stage allocates, once, an activation receive buffer and a gradient receive buffer for every
+    micro-batch of the step and keeps them between steps (`memory.recv_buffer_bytes`,
+    `schedules.extra_recv_buffers`); False: receive tensors are allocated per transfer and freed after use."""
     ep_dispatch_sequence_shard: bool
     """Under sequence parallelism the MoE token dispatcher sends each TP rank's sequence shard (T/tp tokens)
     through the EP all-to-all and then all-gathers the received rows over the expert-TP group (reduce-scatter
@@ -259,6 +263,27 @@ _LOGITS_MEGATRON = BF16_BYTES + FP32_BYTES
 _SENT_KEPT = "kept"
 _SENT_FREED = "freed"
 
+# Receive buffers (`RuntimeCosts.step_recv_buffers`):
+# pytorch, pytorch-compile: True. torch.distributed.pipelining (torch 2.13.0, cf30153c) allocates them when the
+# schedule first runs (schedules.py:454-471 `_initialize_pp_stages` calls `_prepare_forward_infra` and
+# `_prepare_backward_infra` with `self._n_microbatches`), for every micro-batch of the step at once:
+# stage.py:2251-2274 `_setup_forward_recv_info`: `for chunk_id in range(num_microbatches)` on every stage but the
+# first, one `_make_tensor_from_meta(meta, ...)` (_utils.py:310-328, `torch.empty_strided` of the stage input's
+# local shape and dtype) per input; stage.py:329-332 `_setup_backward_recv_info` / stage.py:2286-2320
+# `_create_grad_recv_info` the same for the output gradient on every stage but the last. They live in
+# `args_recv_info` / `grad_recv_info` for the stage's lifetime: `clear_runtime_states` (stage.py:604-622, each
+# step) only drops the buffers' `.grad`, nothing re-allocates or frees them, and the buffers are not shared
+# between micro-batches. The received activation is used in place as the stage's input (stage.py:639-702
+# `_retrieve_recv_activations`: `info.buffer.requires_grad_(...)`, or `DTensor.from_local(info.buffer)`, no
+# copy), so for a micro-batch in flight it is the first layer's saved input the activation count already holds;
+# the other micro-batches' buffers and every gradient buffer (used as `grad_tensors` of the stage's backward,
+# stage.py:704-753 `_retrieve_recv_grads`) are extra (`schedules.extra_recv_buffers`). The input gradients a stage
+# computes are not kept (_backward.py:440-450 sets each input's `.grad = None` after reading it).
+# megatron: False. Megatron-LM's p2p_communication `_communicate` creates `torch.empty` receive tensors for each
+# transfer, which the schedule drops after the micro-batch's forward or backward.
+_RECV_PER_STEP = True
+_RECV_PER_TRANSFER = False
+
 RUNTIME_COSTS: dict[str, RuntimeCosts] = {
     "pytorch": RuntimeCosts(
         name="pytorch", eager_elementwise=True, cross_entropy_bytes=_CE_EAGER, fused_kernels_per_layer=(0, 0),
@@ -269,6 +294,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
         logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
+        step_recv_buffers=_RECV_PER_STEP,
     ),
     "pytorch-compile": RuntimeCosts(
         name="pytorch-compile", eager_elementwise=False, cross_entropy_bytes=_CE_EAGER,
@@ -282,6 +308,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
         logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
+        step_recv_buffers=_RECV_PER_STEP,
     ),
     "megatron": RuntimeCosts(
         name="megatron", eager_elementwise=False, cross_entropy_bytes=_CE_MEGATRON,
@@ -323,6 +350,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         async_tp_backward=True,
         # Its distributed optimizer shards over dp x cp, as FSDP does everywhere: planner.layout.expert_groups.
         logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE, sent_stage_outputs=_SENT_FREED,
+        step_recv_buffers=_RECV_PER_TRANSFER,
     ),
 }
 

@@ -23,6 +23,10 @@ et al. 2022 Sec. 4.2.3): GPipe m; 1F1B and ZB-H1 (Qi et al. 2023 Sec. 3) p - r; 
 and 1 without pipelining. Each in-flight micro-batch holds one output per model chunk (v times the count above
 in (micro-batch, chunk) pairs), sent to the next stage except on the model's last chunk, whose output is the
 logits: `inflight_sent_outputs` (what the runtime keeps of each: `cost.memory.sent_output_bytes`).
+A runtime that allocates an activation and a gradient receive buffer for every micro-batch of the step on each
+stage (torch.distributed.pipelining) holds m of each per chunk, less the first chunk of the model (no activation
+buffer) and its last (no gradient buffer); the activation buffers of in-flight pairs are the stages' saved inputs:
+`extra_recv_buffers` (bytes of each: `cost.memory.recv_buffer_bytes`).
 
 Framework names: torch.distributed.pipelining classes as the executor builds them (zb-h1 is
 `ScheduleInterleavedZeroBubble` with one chunk per rank: backward split into input- and weight-gradient
@@ -256,3 +260,27 @@ def inflight_sent_outputs(codes: np.ndarray, rank: Array, pp: Array, v: Array, m
     own = np.where(vv > 1, np.minimum(pairs, 1.0), pairs)  # the last chunk's in-flight micro-batches
     held = pairs - np.where(np.asarray(last, dtype=bool), own, 0.0)
     return np.where(np.asarray(pp) == 1, 0.0, held)
+
+
+def extra_recv_buffers(codes: np.ndarray, rank: Array, pp: Array, v: Array, m: Array, last: Array) -> np.ndarray:
+    """Receive buffers `rank` holds beyond the activations under a runtime that allocates one activation and one
+    gradient buffer per micro-batch of the step on each stage (`RuntimeCosts.step_recv_buffers`; torch 2.13
+    stage.py `_setup_forward_recv_info`, `_setup_backward_recv_info`, cited in cost/runtime.py):
+      gradient buffers: m per chunk but the model's last (on the `last` rank);
+      activation buffers: m per chunk but the model's first (on rank 0), less the in-flight (micro-batch, chunk)
+      pairs of those chunks, whose buffer is the stage input the activations already count. On rank 0 with
+      interleaving the first chunk holds, at the rank's peak (end of warm-up plus one forward), its first round
+      of p forwards and p - 1 of its second (torch ScheduleInterleaved1F1B `forward_stage_index`: chunk
+      (step // microbatches_per_round) % v, microbatches_per_round = p for m a multiple of p; Megatron alike):
+      min(2p - 1, m) of the rank's pairs; with one chunk all of them.
+    0 when pp == 1."""
+    import numpy as np
+
+    p, r, vv, mf = (np.asarray(x).astype(float) for x in (pp, rank, v, m))
+    pairs = inflight_microbatches(codes, rank, pp, v, m) * vv
+    first = r == 0
+    first_chunk = np.where(vv > 1, np.minimum(pairs, np.minimum(2 * p - 1, mf)), pairs)
+    aliased = pairs - np.where(first, first_chunk, 0.0)
+    act = mf * (vv - first) - aliased
+    grad = mf * (vv - np.asarray(last, dtype=float))
+    return np.where(p == 1, 0.0, np.maximum(act, 0.0) + grad)

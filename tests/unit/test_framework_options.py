@@ -82,7 +82,7 @@ def test_zero2_and_zero3_under_pipeline_hold_zero1_weights_and_gradients(setting
         for a, b in zip(z1.memory_per_stage, other.memory_per_stage):
             assert (a.weights_bytes, a.gradients_bytes, a.optimizer_bytes) == (b.weights_bytes, b.gradients_bytes,
                                                                                b.optimizer_bytes)
-            assert b.buffers_bytes == 0
+            assert b.buffers_bytes == a.buffers_bytes  # the pipeline's receive buffers only, no gathered layers
     # ZeRO-2 reduces once per step under PP, exactly like ZeRO-1; ZeRO-3 also gathers weights every backward.
     assert z2.step_time_s == pytest.approx(z1.step_time_s, rel=1e-12)
     assert z3.breakdown.dp_comm_s > z1.breakdown.dp_comm_s
