@@ -41,6 +41,9 @@ PARTITION_RULES: dict[str, str] = {
     "megatron-lm-2021": "even", "megatron-lm-2022": "even", "megatron-core-0.8": "even", "megatron-lm-2023": "even",
     "megascale-2023": "even", "megatron-core-2025-moe": "even", "megatron-core-2025-moe-folding": "even",
     "megatron-lm-2023-zb": "ends-one-fewer", "meta-llama3-2024": "ends-one-fewer",
+    # Microsoft's Megatron-DeepSpeed of 2021 (MT-NLG): GPTModelPipe passes partition_method='type:transformer'
+    # (megatron/model/gpt_model.py line 253 at ec166f1c, 2021-09-02).
+    "megatron-deepspeed-2021": "deepspeed-type:transformer",
     # BigScience's Megatron-DeepSpeed until 2022-02-28: GPTModelPipe passes partition_method='type:transformer'
     # (megatron/model/gpt_model.py line 308 at cf2d23a5, 2022-02-27); --pp-partition-method came in 785906a8.
     "megatron-deepspeed-2022-02": "deepspeed-type:transformer",

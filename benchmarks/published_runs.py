@@ -201,6 +201,29 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (1, 2, 3), "ep": 1},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch"},
     },
+    "megatron-deepspeed-2021": {
+        # MT-NLG 530B (Smith et al. 2022): Microsoft's Megatron-DeepSpeed as public when the model was announced
+        # (2021-10-11): microsoft/Megatron-DeepSpeed ec166f1c (2021-09-02; main's next commits, 1a74a051 and 0d887558,
+        # add checkpoint-conversion tools only) on DeepSpeed v0.5.4 (bc7778ea, 2021-10-06). The run's own commits are
+        # not published (a gap on its cases). Megatron TP without SP (2021), DeepSpeed's pipeline engine:
+        # TrainSchedule (deepspeed/runtime/pipe/schedule.py, 1F1B-like; with fewer micro-batches than stages it runs
+        # as GPipe does), no interleaving, ZeRO below stage 2 only (pipe/engine.py line 56: "ZeRO-2 and ZeRO-3 are
+        # incompatible with pipeline parallelism"); --checkpoint-activations / --deepspeed-activation-checkpointing
+        # (megatron/arguments.py lines 396, 809 at ec166f1c): full recomputation or none; unfused attention.
+        "features": {"schedule": ("1f1b", "gpipe"), "zero": (0, 1), "recompute": ("none", "full"), "sequence_parallel": False,
+                     "cp": 1, "ep": 1},
+        # Gradients are reduced once, at the flush (pipe/engine.py _exec_reduce_grads -> engine.allreduce_gradients:
+        # at the accumulation boundary, ZeRO-1's reduce_gradients, which reduce-scatters by default,
+        # zero/constants.py ZERO_OPTIMIZATION_REDUCE_SCATTER_DEFAULT = True, overlap_comm default False).
+        # Stage-boundary sends block (pipe/p2p.py send: `assert async_op == False`). No gradient-accumulation
+        # fusion: the fork has no such flag at ec166f1c, and the DeepSpeed engine leaves each micro-batch's weight
+        # gradient to autograd's accumulation into .grad.
+        "workload": {"flash_attention": False, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
+                     "zero1_grad_allreduce": False, "grad_accumulation_fusion": False,
+                     # _CopyToModelParallelRegion.backward all-reduces the input gradient after both GEMMs
+                     # (megatron/mpu/mappings.py line 88 at ec166f1c): no async all-reduce
+                     "async_tp_backward": False},
+    },
     "megatron-deepspeed-2022": {
         # BLOOM (bigscience tr11 README): Megatron TP without SP, DeepSpeed's pipeline engine (1F1B), BF16_Optimizer
         # ZeRO-1, DeepSpeed activation checkpointing, unfused attention (2022); gradients reduced after the flush.

@@ -47,7 +47,7 @@ SPLIT: dict[str, str] = {
     "narayanan2021": FIT, "korthikanti2022": FIT, "megatron_core_2024": FIT, "torchtitan2024": FIT,
     "torchtitan2025_asynctp": FIT,
     "megatron_gpt3_2021": HELD_OUT, "qi2024_zb": HELD_OUT, "megascale2024": HELD_OUT, "bigscience2022_bloom": HELD_OUT,
-    "bigscience2022_tr11_prequel": HELD_OUT,
+    "bigscience2022_tr11_prequel": HELD_OUT, "smith2022_mtnlg": HELD_OUT,
     "liu2025_moe_folding": HELD_OUT, "llama3_2024": HELD_OUT, "opt2022": HELD_OUT, "deepseek_v3_2024": HELD_OUT,
     "mosaicml_llmfoundry_mpt": HELD_OUT,
     "ibm_fms_fsdp_2024": HELD_OUT, "torchtitan_a100_2024": HELD_OUT,

@@ -25,7 +25,7 @@ import validation  # noqa: E402
 from published_cases import KnownSuboptimal, build_cluster, build_model, load_runs, source_key  # noqa: E402
 from published_partitions import PARTITION_RULES, deepspeed_type_partition, framework_builds, rule_partition  # noqa: E402
 from published_runs import FRAMEWORKS  # noqa: E402
-from published_step_times import korthikanti_eq7, megatron_2025, palm, step_time_s  # noqa: E402
+from published_step_times import korthikanti_eq7, megatron_2025, narayanan_eq3, palm, step_time_s  # noqa: E402
 
 from planner.cost.memory import RESERVE_FIXED_BYTES, RESERVE_FRACTION  # noqa: E402
 from planner.layout import Workload  # noqa: E402
@@ -116,6 +116,24 @@ def test_korthikanti_eq7_reproduces_table5_mfu_from_its_iteration_times() -> Non
         flops = korthikanti_eq7(case.batch.global_batch_seqs, case.model.seq_len, build_model(case))
         seconds, _ = step_time_s(case, build_model(case))
         assert flops / (seconds * 312e12 * case.hardware.num_gpus) * 100 == pytest.approx(mfu, abs=0.4), size
+
+
+def test_mtnlg_tflops_are_narayanan_eq3_at_the_stated_iteration_times() -> None:
+    """Smith et al. 2022 Sec. 2.4 prints the iteration time and TFLOP/s per GPU at 280 / 350 / 420 DGX A100 servers
+    (read through transcriptions, so the rows are unverified): Eq. 3, which counts the recomputed forward, links the
+    two within the rounding of the TFLOP/s to integers; Eq. 7 (no recomputation) would not."""
+    rows = _cases_of("smith2022_mtnlg")
+    assert len(rows) == 3 and all(c.verified is False and c.gaps for c in rows)
+    for case in rows:
+        model = build_model(case)
+        seconds, _ = step_time_s(case, model)
+        tflops = case.throughput["tflops_per_gpu"]
+        eq3 = narayanan_eq3(case.batch.global_batch_seqs, case.model.seq_len, model) / (seconds * case.hardware.num_gpus)
+        assert eq3 / 1e12 == pytest.approx(tflops, abs=0.6), case.id
+        eq7 = korthikanti_eq7(case.batch.global_batch_seqs, case.model.seq_len, model) / (seconds * case.hardware.num_gpus)
+        assert eq7 / 1e12 < 0.8 * tflops, case.id
+        par = case.parallelism
+        assert par.tp * par.pp * par.dp == case.hardware.num_gpus and case.batch.micro_batch is None
 
 
 def test_megascale_table2_mfu_matches_its_iteration_times() -> None:
@@ -590,11 +608,14 @@ def test_deepspeed_type_partition_reproduces_deepspeeds_split(shape: tuple[int, 
 
 def test_megatron_deepspeed_releases_split_as_their_partition_method_says() -> None:
     """BLOOM's launch script passes 'type:transformer|embedding'; the fork hard-coded 'type:transformer' before
-    2022-02-28, when the tr11 prequel's design runs were measured. DeepSpeed's pipeline does not interleave."""
+    2022-02-28, when the tr11 prequel's design runs were measured, and in Microsoft's 2021 fork that MT-NLG's
+    stack came from. DeepSpeed's pipeline does not interleave."""
     assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022"], 70, 12, 1) == (5,) + (6,) * 10 + (5,)
     assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022-02"], 72, 24, 1) == (3,) * 24
     assert rule_partition(PARTITION_RULES["megatron-deepspeed-2022-02"], 72, 6, 2) is None
-    for framework in ("megatron-deepspeed-2022", "megatron-deepspeed-2022-02"):
+    assert rule_partition(PARTITION_RULES["megatron-deepspeed-2021"], 105, 35, 1) == (3,) * 35  # MT-NLG's layout
+    assert rule_partition(PARTITION_RULES["megatron-deepspeed-2021"], 105, 35, 2) is None
+    for framework in ("megatron-deepspeed-2021", "megatron-deepspeed-2022", "megatron-deepspeed-2022-02"):
         assert framework in FRAMEWORKS
 
 
