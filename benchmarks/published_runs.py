@@ -222,7 +222,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                      "zero1_grad_allreduce": False, "grad_accumulation_fusion": False,
                      # _CopyToModelParallelRegion.backward all-reduces the input gradient after both GEMMs
                      # (megatron/mpu/mappings.py line 88 at ec166f1c): no async all-reduce
-                     "async_tp_backward": False},
+                     "async_tp_backward": False,
+                     # DeepSpeed's pipeline engine keeps this TP rank's 1/tp slice of each sent output until its
+                     # backward (pipe/engine.py _exec_forward_pass; planner/cost/runtime.py)
+                     "sent_stage_outputs": "kept-tp-shard"},
     },
     "megatron-deepspeed-2022": {
         # BLOOM (bigscience tr11 README): Megatron TP without SP, DeepSpeed's pipeline engine (1F1B), BF16_Optimizer
