@@ -165,11 +165,11 @@ def measure_pipeline(clock: Clock, pair_mesh) -> dict:
     schedule = Schedule1F1B(pipe, n_microbatches=PIPELINE_MICROBATCHES, loss_fn=loss_fn, scale_grads=True)
     tokens = torch.randint(0, args.vocab_size, (PIPELINE_MICROBATCHES, spec.max_seq_len), device=clock.device)
 
-    def step() -> None:
+    def step() -> None:  # as executor/step.py runs it: no outputs kept and merged at the end
         if stage == 0:
-            schedule.step(tokens)
+            schedule.step(tokens, return_outputs=False)
         else:
-            schedule.step(target=tokens, losses=[])
+            schedule.step(target=tokens, losses=[], return_outputs=False)
 
     return {"model": spec.model_copy(update={"num_layers": 2}).model_dump(mode="json"),
             "microbatches": PIPELINE_MICROBATCHES, "time_s": clock.time(step, collective=True, group=group)}
