@@ -98,19 +98,18 @@ def layer_time_s(
         gemm += one * local_experts
         op_gemm += lt.expert_op_recompute_share * one * local_experts
     attn_flops = lt.attn_flops_per_token * tokens / t
+    attn_peak = ctx.unquantized_peak_flops  # attention stays 16-bit under fp8 recipes (UNQUANTIZED_MATMUL_DTYPE)
     if ctx.flash_attention:
         # Fused kernels at the attention kernel's own efficiency (GPU profile), which is below the GEMM plateau:
         # softmax and masking run between the two matmuls inside the kernel. Each call pays the kernel's fixed
         # cost; with CP a rank makes several calls per layer (`attention_calls`).
         attn_eff = ctx.attention_efficiency
         calls = attention_calls(ctx, cp)
-        attn_peak = ctx.unquantized_peak_flops  # attention stays 16-bit under fp8 recipes (UNQUANTIZED_MATMUL_DTYPE)
         attn_f = np.where(attn_flops > 0, (attn_flops + calls * ctx.attention_half_flops) / (attn_peak * attn_eff), 0.0)
         attn_b = FLASH_BACKWARD_TO_FORWARD * attn_f
     else:
         # Two batched GEMMs on the GEMM curve plus the element-wise passes over the full score matrix.
         scores = tokens * ctx.model.num_heads * ctx.workload.seq_len / t  # score elements (unfused: full, not causal)
-        attn_peak = ctx.unquantized_peak_flops
         attn_f = gemm_time_s(attn_flops, attn_peak, mx, half) + scores * UNFUSED_SCORE_BYTES_FWD / ctx.memory_bandwidth_Bps
         attn_b = 2 * gemm_time_s(attn_flops, attn_peak, mx, half) + scores * UNFUSED_SCORE_BYTES_BWD / ctx.memory_bandwidth_Bps
     is_moe = bool(lt.expert_flops_per_token)

@@ -35,7 +35,7 @@ residual of a measured layer over exactly that count, so it already holds what t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from planner.cost.runtime import runtime_costs
 from planner.model.flops import gemm_tp_split, layer_gemms
@@ -98,8 +98,7 @@ def with_fp8_casts(ctx, is_moe: bool, work: LayerBytes) -> LayerBytes:
     if ctx.workload.dtype != "fp8" or ctx.gpu_kind_is_cpu:
         return work
     casts = fp8_cast_bytes_per_token(ctx.model, is_moe, runtime_costs(ctx.workload).fp8_casts)
-    return LayerBytes(*(x + y for x, y in zip((work.local_fwd, work.local_bwd, work.replicated_fwd, work.replicated_bwd),
-                                              (casts.local_fwd, casts.local_bwd, casts.replicated_fwd, casts.replicated_bwd))))
+    return LayerBytes(*(x + y for x, y in zip(astuple(work), astuple(casts))))
 
 
 # The linears that read one input (the normed hidden state): q/k/v and the MLP's gate/up. A recipe that fuses them

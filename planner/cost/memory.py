@@ -234,13 +234,11 @@ def sent_output_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.nd
     (`Workload.sent_stage_outputs`). "kept": the local output, s/cp x b x h activation values, / tp under sequence
     parallelism; "kept-tp-shard": / tp always; "freed": 0."""
     kept = getattr(ctx.workload, "sent_stage_outputs", None) or runtime_costs(ctx.workload).sent_stage_outputs
-    t = np.asarray(tp, dtype=float)
-    whole = ctx.workload.seq_len / np.asarray(cp, dtype=float) * np.asarray(b, dtype=float) \
-        * float(ctx.model.hidden_size) * ctx.act_bytes
+    whole = _stage_boundary_bytes(ctx, b, cp)
     if kept == "kept":
-        return whole / np.where(np.asarray(sp, dtype=bool), t, 1.0)
+        return whole / np.where(np.asarray(sp, dtype=bool), np.asarray(tp, dtype=float), 1.0)
     if kept == "kept-tp-shard":
-        return whole / t
+        return whole / np.asarray(tp, dtype=float)
     return np.zeros_like(whole)
 
 
@@ -249,12 +247,17 @@ def recv_buffer_bytes(ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.nd
     (`RuntimeCosts.step_recv_buffers`; module docstring): the stage's local input (activation buffer) or output
     (gradient buffer), s/cp x b x h activation values, / tp under sequence parallelism (the residual stream is
     Shard(1) over TP then, Replicate without: executor/tp.py); 0 where the runtime allocates them per transfer."""
-    t = np.asarray(tp, dtype=float)
-    whole = ctx.workload.seq_len / np.asarray(cp, dtype=float) * np.asarray(b, dtype=float) \
-        * float(ctx.model.hidden_size) * ctx.act_bytes
+    whole = _stage_boundary_bytes(ctx, b, cp)
     if not runtime_costs(ctx.workload).step_recv_buffers:
         return np.zeros_like(whole)
-    return whole / np.where(np.asarray(sp, dtype=bool), t, 1.0)
+    return whole / np.where(np.asarray(sp, dtype=bool), np.asarray(tp, dtype=float), 1.0)
+
+
+def _stage_boundary_bytes(ctx: CostContext, b: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    """One micro-batch's hidden state at a stage boundary on one CP rank, before any TP split: s/cp x b x h
+    activation values (what a stage sends, keeps after sending, or receives into)."""
+    return (ctx.workload.seq_len / np.asarray(cp, dtype=float) * np.asarray(b, dtype=float)
+            * float(ctx.model.hidden_size) * ctx.act_bytes)
 
 
 def state_sharding_stage(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
