@@ -7,25 +7,43 @@ parses too before launching, so a bad combination is one line here instead of on
 
 `launch` runs it, streaming progress to stderr and everything to the run's launcher.log; torchrun's own
 logging and failure report are held back (`held_back`) and shown only when the failure is not a user error
-the executor already put in one line. Ctrl-C stops the job cleanly: the output threads are joined before
-the log closes (no "I/O operation on closed file" from them), torchrun and its workers get SIGINT and then
-SIGTERM/SIGKILL if they linger, their interrupted-traceback noise goes to the log only, and the
-KeyboardInterrupt reaches `main()` (one line, exit 130).
+the executor already put in one line.
+
+Stopping: torchrun runs in a session of its own (as torchrun starts each of its workers), so a terminal's Ctrl-C
+reaches meshplan alone. meshplan first stops relaying (the interrupted job's traceback noise goes to the log
+only), then sends torchrun SIGINT itself, then SIGTERM/SIGKILL if it lingers; the output threads are joined before
+the log closes (no "I/O operation on closed file" from them) and the KeyboardInterrupt reaches `main()` (one line,
+exit 130). The order is what makes the terminal quiet: when the terminal signalled torchrun directly, its
+traceback could reach the relay before meshplan's main thread had run its handler. SIGTERM and SIGHUP to meshplan
+(a scheduler stopping the job, the terminal closing) are forwarded the same way and end in `Stopped`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 STOP_GRACE_S = 20.0
 """How long torchrun gets to stop its workers after Ctrl-C (it sends them SIGTERM and waits) before it is
 killed: a worker in the middle of a checkpoint write needs a few seconds."""
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+"""Signals to meshplan that stop the job the way Ctrl-C does (each is forwarded to torchrun as itself)."""
+
+
+class Stopped(Exception):
+    """meshplan run got SIGTERM or SIGHUP while the job ran; the job was stopped with the same signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
 
 
 def worker_args(plan_path: Path, run_dir: Path, metrics: Path, args: dict) -> list[str]:
@@ -81,7 +99,8 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, li
     held: list[str] = []
     state = {"in_report": False, "quiet": False}
     lock = threading.Lock()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            start_new_session=True)  # terminal signals reach meshplan only; it forwards them
 
     def pump(stream, log) -> None:  # noqa: ANN001
         for line in stream:
@@ -107,21 +126,43 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> tuple[int, li
         for t in threads:
             t.start()
         try:
-            rc = proc.wait()
-        except KeyboardInterrupt:
+            with _stops_raised():
+                rc = proc.wait()
+        except (KeyboardInterrupt, Stopped) as stop:
             with lock:
-                state["quiet"] = True  # the workers' interrupted tracebacks go to the log only
-            _stop(proc)
+                state["quiet"] = True  # before torchrun hears of it: its interrupted tracebacks go to the log only
+            _stop(proc, stop.signum if isinstance(stop, Stopped) else signal.SIGINT)
             _join(threads)
             raise
         _join(threads)
     return rc, held
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """After Ctrl-C: torchrun (in our process group) usually got the SIGINT too; make sure, then wait for it
-    to stop its workers, escalating if it does not; a second Ctrl-C kills it at once."""
-    for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+@contextlib.contextmanager
+def _stops_raised() -> Iterator[None]:
+    """While torchrun runs: SIGTERM and SIGHUP raise `Stopped` in the main thread (restored afterwards, so a
+    second one while the job stops ends meshplan at once). Python sets handlers from the main thread only; an
+    embedding program that launches from another thread keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_stopped(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, raise_stopped) for sig in FORWARDED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop(proc: subprocess.Popen, first: int) -> None:
+    """Send torchrun `first` (SIGINT after Ctrl-C) and wait for it to stop its workers, escalating to SIGTERM and
+    SIGKILL if it does not; a second Ctrl-C kills it at once."""
+    steps = [(first, STOP_GRACE_S)] + [(s, 5.0) for s in (signal.SIGTERM, signal.SIGKILL) if s != first]
+    for sig, wait_s in steps:
         if proc.poll() is not None:
             return
         try:

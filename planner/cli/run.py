@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from planner.cli._run_launch import LOOPBACK, worker_args
+from planner.cli._run_launch import LOOPBACK, Stopped, worker_args
 from planner.cli._run_launch import held_back as _held_back  # noqa: F401 (tests read it here)
 from planner.cli._run_launch import launch as _launch
 from planner.cli._run_launch import torchrun_cmd as _torchrun_cmd
@@ -251,6 +251,9 @@ def run_command(
     err.print(f"launching {local * nnodes} ranks ({nnodes} node(s)); output in {run_dir}", markup=False)
     try:
         rc, held = _launch(cmd, env, run_dir / "launcher.log")
+    except Stopped as stop:  # SIGTERM / SIGHUP: the job was stopped the same way; exit as that signal would
+        err.print(f"{stop}; full log: {run_dir / 'launcher.log'}", markup=False)
+        raise typer.Exit(code=128 + stop.signum) from None
     finally:
         if store is not None:
             store.stop()
