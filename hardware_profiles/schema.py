@@ -134,6 +134,15 @@ class GPUProfile(Sourced):
         "(Hopper: cuDNN attention, FlashAttention-3), for workloads with attention_kernel 'flash2'; null: "
         "attention_efficiency (the profile's kernel is FlashAttention-2 already, as on Ampere).",
     )
+    fp8_precise_accumulation_slowdown: float | None = Field(
+        default=None,
+        ge=1,
+        le=4,
+        description="Time of an fp8 GEMM that promotes its partial sums to fp32 (cuBLAS fast accumulation off, "
+        "Transformer Engine's split accumulator) against the same GEMM with fast accumulation (1 or more); fp8 "
+        "recipes run their backward GEMMs that way (cost.runtime.RuntimeCosts.fp8_backward_precise_accumulation); "
+        "null: 1, for a GPU whose fp8 GEMMs have no such mode (Blackwell) or no published measurement.",
+    )
     attention_half_flops: float | None = Field(
         default=None,
         gt=0,

@@ -86,10 +86,6 @@ def layer_time_s(
         gemm += one
         column += one if col else 0.0
         op_gemm += share * one
-    if lt.router_flops_per_token:
-        router = gemm_time_s(lt.router_flops_per_token * tokens, ctx.unquantized_peak_flops, mx, half)
-        gemm += router
-        op_gemm += router
     if lt.expert_flops_per_token:
         moe = ctx.model.moe
         local_experts = moe.num_experts / ep
@@ -97,6 +93,13 @@ def layer_time_s(
         one = gemm_time_s(lt.expert_gemm_flops_per_token_one_expert * tokens_per_expert / t, peak, mx, half)
         gemm += one * local_experts
         op_gemm += lt.expert_op_recompute_share * one * local_experts
+    # The backward's gradient GEMMs of the linears and experts; an fp8 recipe runs them with fast accumulation off.
+    grad_gemm = gemm * ctx.fp8_backward_gemm_slowdown
+    if lt.router_flops_per_token:
+        router = gemm_time_s(lt.router_flops_per_token * tokens, ctx.unquantized_peak_flops, mx, half)
+        gemm += router
+        grad_gemm += router
+        op_gemm += router
     attn_flops = lt.attn_flops_per_token * tokens / t
     attn_peak = ctx.unquantized_peak_flops  # attention stays 16-bit under fp8 recipes (UNQUANTIZED_MATMUL_DTYPE)
     if ctx.flash_attention:
@@ -126,14 +129,15 @@ def layer_time_s(
         perm_f, perm_b = moe_dispatch.dispatch_s(ctx, tokens, moe_dispatch.ep_dispatch_tokens(ctx, tokens, tp, sp), ep)
         ew_f, ew_b = ew_f + perm_f, ew_b + perm_b
     fwd = gemm + attn_f + ew_f
-    bwd = BACKWARD_TO_FORWARD * gemm + ew_b + attn_b
+    bwd = BACKWARD_TO_FORWARD * grad_gemm + ew_b + attn_b
     # Host-side framework time per layer and micro-batch (measured by meshplan calibrate; 0 without it).
     o_fwd, o_bwd = overhead.layer_overhead_s(ctx, tokens, tp)
     fwd, bwd = overhead.with_overhead(ctx, fwd, o_fwd), overhead.with_overhead(ctx, bwd, o_bwd)
-    wgrad = np.minimum(gemm, bwd)
+    wgrad = np.minimum(grad_gemm, bwd)
+    column_wgrad = np.minimum(column * ctx.fp8_backward_gemm_slowdown, wgrad)
     # "op" repeats its recomputed GEMMs and every element-wise op of the forward (norms, RoPE, activation, products,
     # residual adds, the GQA repeat, MoE permutes, their launches), never the attention kernel (saved).
-    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=wgrad, column_wgrad_s=np.minimum(column, wgrad),
+    return LayerTime(fwd_s=fwd, bwd_s=bwd, attn_fwd_s=attn_f, wgrad_s=wgrad, column_wgrad_s=column_wgrad,
                      op_recompute_s=op_gemm + ew_f)
 
 

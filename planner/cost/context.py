@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.cost import optimizer_state
 from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
-from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32
+from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32, runtime_costs
 from planner.layout import Workload, rules
 from planner.layout.workload import UNQUANTIZED_MATMUL_DTYPE
 from planner.model import ModelSpec
@@ -176,6 +176,15 @@ class CostContext:
         router (`planner.layout.workload.UNQUANTIZED_MATMUL_DTYPE`); the compute dtype's peak otherwise."""
         dtype = UNQUANTIZED_MATMUL_DTYPE.get(self.compute_dtype, self.compute_dtype)
         return float(self.gpu.peak_flops[dtype])
+
+    @cached_property
+    def fp8_backward_gemm_slowdown(self) -> float:
+        """Time of the decoder's fp8 input- and weight-gradient GEMMs against the fp8 GEMM curve (which the forward's
+        fast-accumulation GEMMs ride): the GPU's `fp8_precise_accumulation_slowdown` where the runtime's fp8 recipe
+        turns fast accumulation off there (`RuntimeCosts.fp8_backward_precise_accumulation`); 1 otherwise."""
+        if self.compute_dtype != "fp8" or not runtime_costs(self.workload).fp8_backward_precise_accumulation:
+            return 1.0
+        return float(getattr(self.gpu, "fp8_precise_accumulation_slowdown", None) or 1.0)
 
     @cached_property
     def sustained_fraction(self) -> float:

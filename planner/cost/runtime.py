@@ -189,6 +189,14 @@ class RuntimeCosts:
     rank dispatches the whole micro-batch (the executor's MoE, executor/moe.py)."""
     fp8_casts: Fp8Casts
     """What its fp8 recipe casts around each linear layer (Fp8Casts)."""
+    fp8_backward_precise_accumulation: bool
+    """Its fp8 recipe runs the input- and weight-gradient GEMMs with fast accumulation off (partial sums promoted
+    to fp32), the forward GEMM with it on: those two GEMMs take the GPU's `fp8_precise_accumulation_slowdown`.
+    torchao: Float8LinearConfig gemm_config_output = Float8GemmConfig(use_fast_accum=True), gemm_config_grad_input
+    and gemm_config_grad_weight = Float8GemmConfig() (use_fast_accum False; torchao/float8/config.py), what
+    TorchTitan's float8 converter and meshplan's pytorch runtimes run. Transformer Engine: _2X_ACC_FPROP = False,
+    _2X_ACC_DGRAD = True, _2X_ACC_WGRAD = True (transformer_engine/pytorch/module/base.py, the split accumulator
+    of Megatron-Core's TE layers)."""
 
 
 # Cross-entropy bytes per logit, counted per op:
@@ -293,7 +301,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=0.0, ep_dispatch_sequence_shard=False,
         p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, fp8_backward_precise_accumulation=True, sent_stage_outputs=_SENT_KEPT,
         step_recv_buffers=_RECV_PER_STEP,
     ),
     "pytorch-compile": RuntimeCosts(
@@ -307,7 +315,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         cp_overlapped=False, cp_attention_calls_per_rank="two", zero_bubble_chunk_fsdp=True,
         interleaved_p2p_overlapped=False, tp_overlap_hidden=TP_OVERLAP_HIDDEN_FRACTION,
         ep_dispatch_sequence_shard=False, p2p_scatter_gather=False, p2p_host_sync=False, async_tp_backward=False,
-        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, sent_stage_outputs=_SENT_KEPT,
+        logits_bytes_per_logit=_LOGITS_FP32_AND_GRAD, fp8_casts=_FP8_TORCHAO, fp8_backward_precise_accumulation=True, sent_stage_outputs=_SENT_KEPT,
         step_recv_buffers=_RECV_PER_STEP,
     ),
     "megatron": RuntimeCosts(
@@ -349,7 +357,7 @@ RUNTIME_COSTS: dict[str, RuntimeCosts] = {
         # both GEMMs (Workload.async_tp_backward False).
         async_tp_backward=True,
         # Its distributed optimizer shards over dp x cp, as FSDP does everywhere: planner.layout.expert_groups.
-        logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE, sent_stage_outputs=_SENT_FREED,
+        logits_bytes_per_logit=_LOGITS_MEGATRON, fp8_casts=_FP8_TRANSFORMER_ENGINE, fp8_backward_precise_accumulation=True, sent_stage_outputs=_SENT_FREED,
         step_recv_buffers=_RECV_PER_TRANSFER,
     ),
 }

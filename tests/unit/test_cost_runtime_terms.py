@@ -420,11 +420,35 @@ def test_fp8_recipes_quantize_the_linear_layers_only() -> None:
     np.testing.assert_allclose(t8.attn_fwd_s, t16.attn_fwd_s, rtol=1e-12)
     np.testing.assert_allclose(compute.head_weight_grad_time_s(fp8, tokens, one),
                                compute.head_weight_grad_time_s(bf16, tokens, one), rtol=1e-12)
-    # The linears are faster: each weight GEMM (F + half) / (peak x plateau) at twice the peak.
+    # The linears are faster: each weight-gradient GEMM (F + half) / (peak x plateau) at twice the peak, slowed by the
+    # precise accumulation the recipe's backward runs with (test_fp8_backward_gemms_accumulate_precisely below).
     gemm16 = t16.wgrad_s
-    expected8 = sum((f * 4096 + bf16.half_flops) / (fp8.peak_flops * fp8.max_fraction) for f in lt8.gemm_flops_per_token)
+    slow = hardware_profiles.gpu("h100-sxm").fp8_precise_accumulation_slowdown
+    expected8 = slow * sum((f * 4096 + bf16.half_flops) / (fp8.peak_flops * fp8.max_fraction) for f in lt8.gemm_flops_per_token)
     np.testing.assert_allclose(t8.wgrad_s, expected8, rtol=1e-12)
     assert float(t8.wgrad_s[0]) < float(gemm16[0])
+
+
+def test_fp8_backward_gemms_accumulate_precisely() -> None:
+    """Both fp8 recipes keep fast accumulation for the forward GEMM and turn it off for the input- and weight-gradient
+    GEMMs (torchao Float8LinearConfig; Transformer Engine _2X_ACC_DGRAD/_2X_ACC_WGRAD): on Hopper those two take
+    the profile's fp8_precise_accumulation_slowdown, the forward does not; bf16, and Blackwell (no fast-accumulation
+    mode), are untouched."""
+    tokens, one = np.array([4096.0]), np.array([1])
+    slow = hardware_profiles.gpu("h100-sxm").fp8_precise_accumulation_slowdown
+    assert slow > 1
+    for runtime in ("pytorch", "pytorch-compile", "megatron"):
+        fp8, fast = ctx_for(runtime, dtype="fp8"), ctx_for(runtime, dtype="fp8")
+        fast.__dict__["fp8_backward_gemm_slowdown"] = 1.0  # the same context with fast accumulation everywhere
+        assert fp8.fp8_backward_gemm_slowdown == slow
+        lt = fp8.layer_types[0]
+        t, f = (compute.layer_time_s(c, lt, tokens, one, one, one, one.astype(bool)) for c in (fp8, fast))
+        np.testing.assert_allclose(t.fwd_s, f.fwd_s, rtol=1e-12)
+        np.testing.assert_allclose(t.wgrad_s, slow * f.wgrad_s, rtol=1e-12)
+        # dgrad and wgrad: the backward's GEMMs are twice the forward's, all slowed; nothing else changes
+        np.testing.assert_allclose(t.bwd_s - f.bwd_s, 2 * (slow - 1) * f.wgrad_s, rtol=1e-9)
+        assert ctx_for(runtime, dtype="bf16").fp8_backward_gemm_slowdown == 1.0
+        assert ctx_for(runtime, dtype="fp8", cluster="gb200-nvl72").fp8_backward_gemm_slowdown == 1.0
 
 
 def test_flash2_times_attention_at_its_own_efficiency_where_the_profile_has_one() -> None:

@@ -43,13 +43,14 @@ def test_committed_file_is_valid_and_names_published_cases() -> None:
 
 
 def test_committed_file_agrees_with_the_cost_model() -> None:
-    """Recompute the error of three recorded runs (one per framework family): a stale file fails here."""
+    """Recompute the error of four recorded runs (one per framework family, and an fp8 one): a stale file fails
+    here."""
     sys.path.insert(0, str(BENCH))
     import published_runs
 
     by_id = {r.id: r for r in load_validated_runs().runs}
-    picks = [i for i in ("narayanan2021_table1_18.4B", "megatron_core_2024_h100_177B", "megatron_gpt3_175B_1024xA100")
-             if i in by_id]
+    picks = [i for i in ("narayanan2021_table1_18.4B", "megatron_core_2024_h100_177B", "megatron_gpt3_175B_1024xA100",
+                         "dgxc2024_h100_fp8_llama3.1-8b_8gpu") if i in by_id]
     assert picks, "none of the spot-checked cases is in the validated file"
     df = published_runs.run(picks)
     for row in df.itertuples():
