@@ -19,8 +19,9 @@ RANK = """
 import os, sys, time
 from pathlib import Path
 import torch
-print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "in", os.getcwd(), os.environ.get("MARK"),
-      getattr(torch, "_left_by_a_launch", None), flush=True)
+line = " ".join(map(str, ("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "in", os.getcwd(),
+                           os.environ.get("MARK"), getattr(torch, "_left_by_a_launch", None))))
+os.write(1, (line + "\\n").encode())  # one write: the ranks share the output file, and print writes piece by piece
 torch._left_by_a_launch = "changed"  # a later launch must not see it
 Path(f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
 if sys.argv[1] == "sleep":
