@@ -21,6 +21,9 @@ from hardware_profiles.reader import InputFileError, parse_yaml, read_json, read
 from planner.errors import UserError, format_validation_error
 from planner.model.spec import ModelSpec
 
+SPEC_FIELDS_HINT = "the ModelSpec fields, as `meshplan model tiny --json -` prints them under \"spec\""
+"""Where a user finds what a model file holds: a command, since the preset files sit inside the installed package."""
+
 
 def _preset_dir() -> Any:
     return resources.files("planner.model").joinpath("presets")
@@ -55,7 +58,7 @@ def preset(name: str) -> ModelSpec:
 def _validate(data: Any, where: str) -> ModelSpec:
     if not isinstance(data, dict):
         raise UserError(
-            "expected a mapping of ModelSpec fields", where=where, fix="see planner/model/presets/tiny.yaml"
+            "expected a mapping of ModelSpec fields", where=where, fix=f"write {SPEC_FIELDS_HINT}"
         )
     try:
         return ModelSpec.model_validate(data)
@@ -69,7 +72,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
     path = Path(path)
     kind = "JSON" if path.suffix == ".json" else "YAML"
-    fix = f"pass a UTF-8 {kind} file: a model YAML like planner/model/presets/tiny.yaml, or a HF config.json"
+    fix = f"pass a UTF-8 {kind} file: a model YAML ({SPEC_FIELDS_HINT}), or a HF config.json"
     try:
         data = read_json(path, what="model file") if kind == "JSON" else read_yaml(path, what="model file")
     except InputFileError as exc:
