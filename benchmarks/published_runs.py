@@ -129,13 +129,17 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         # MegaScale's baseline, Megatron-LM 285068c8 (2023-01-11): SP, distributed optimizer, selective/full recompute,
         # 1F1B and interleaved. FlashAttention is not stated (MegaScale Sec. 3.3 says only that MegaScale adopts
         # FlashAttention-2); this commit builds it behind --use-flash-attn, so the best setting is taken, as for
-        # every unstated knob.
+        # every unstated knob. That setting is FlashAttention-1 (attention_kernel flash1): the commit is the merge of
+        # the FlashAttention integration, whose megatron/model/transformer.py calls flash-attn 1.x's
+        # flash_attn_unpadded_func, a name flash-attn 2.0.0 dropped (its README: "flash_attn_unpadded_func ->
+        # flash_attn_varlen_func"). It is faster than the unfused attention on every case here.
         # Nothing overlaps the data-parallel reduction or the stage-boundary sends: its arguments.py has neither
         # --overlap-grad-reduce (added 2023-08-16, Megatron-LM 2d5220a4) nor --overlap-p2p-communication (2023-05-31,
         # f9283c5a), and MegaScale lists DP, PP and TP overlap among its own additions (Jiang et al. 2024 Sec. 3.2,
         # Table 3: +1.5, +2.5, +2.2 MFU points over this baseline).
         "features": {"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "cp": 1, "ep": 1},
-        "workload": {"flash_attention": True, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False},
+        "workload": {"flash_attention": True, "overlap_dp_comm": False, "runtime": "megatron", "overlap_pp_comm": False,
+                     "attention_kernel": "flash1"},
     },
     "megascale-2023": {
         # Jiang et al. 2024: Megatron-LM plus MegaScale's own optimizations, which are recorded as gaps per case.

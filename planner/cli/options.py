@@ -145,8 +145,9 @@ INPUTS = OptionGroup("inputs", (
          "Apex DistributedFusedAdam dtype bf16, DeepSpeed's bf16 optimizer states). (default: fp32)", _IN),
     _opt("attention_kernel", AttentionKernelChoice, "--attention-kernel",
          "Fused attention kernel: auto (the GPU's fastest: cuDNN attention on Hopper, as PyTorch >= 2.9 SDPA and "
-         "Transformer Engine run it; FlashAttention-2 on Ampere) or flash2 (FlashAttention-2, about half as fast on "
-         "Hopper: older PyTorch SDPA, TorchTitan). (default: the --framework's)", _IN),
+         "Transformer Engine run it; FlashAttention-2 on Ampere), flash2 (FlashAttention-2, about half as fast on "
+         "Hopper: older PyTorch SDPA, TorchTitan) or flash1 (FlashAttention-1, half as fast as FlashAttention-2: "
+         "Megatron-LM of 2023). (default: the --framework's)", _IN),
     _opt("framework", FrameworkChoice, "--framework", FRAMEWORK_HELP, _IN),
 ))
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.cost import optimizer_state
-from planner.cost.efficiency import SUSTAINED_FRACTION_OF_ISOLATED
+from planner.cost.efficiency import FLASH2_SPEEDUP_OVER_FLASH1, SUSTAINED_FRACTION_OF_ISOLATED
 from planner.cost.runtime import megatron_grad_buffer_16bit, megatron_grad_buffer_fp32, runtime_costs
 from planner.layout import Workload, rules
 from planner.layout.workload import UNQUANTIZED_MATMUL_DTYPE
@@ -207,10 +207,14 @@ class CostContext:
     def attention_efficiency(self) -> float:
         """Fraction of peak the fused attention kernel achieves (profile value; else the GEMM plateau): the GPU's
         fastest kernel, or FlashAttention-2's where the workload runs that (`Workload.attention_kernel` 'flash2')
-        and the profile measures it apart."""
+        and the profile measures it apart, or FlashAttention-1's ('flash1': FlashAttention-2's over its published
+        speedup)."""
         value = getattr(self.gpu, "attention_efficiency", None)
-        if getattr(self.workload, "attention_kernel", "auto") == "flash2":
+        kernel = getattr(self.workload, "attention_kernel", "auto")
+        if kernel in ("flash2", "flash1"):
             value = getattr(self.gpu, "attention_efficiency_flash2", None) or value
+        if kernel == "flash1":
+            value = (value or self.gpu.matmul_efficiency.max_fraction) / FLASH2_SPEEDUP_OVER_FLASH1
         return float(value) * self.sustained_fraction if value else self.max_fraction
 
     @cached_property

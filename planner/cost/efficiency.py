@@ -31,6 +31,12 @@ import numpy as np
 # (the SP rows bound it), so the layer model counts only those. Not applied to CPU profiles, whose plateau is measured in place (benchmarks/measure_cpu_profile.py).
 SUSTAINED_FRACTION_OF_ISOLATED = 0.811
 
+# How much faster FlashAttention-2 runs attention than FlashAttention-1 on the same GPU. SOURCE: Dao 2023
+# (FlashAttention-2, arXiv 2307.08691), abstract: FlashAttention reaches "only 25-40% of the theoretical maximum
+# FLOPs/s" on A100; FlashAttention-2's changes "yield around 2x speedup compared to FlashAttention, reaching 50-73%".
+# Measured on A100; applied to the FlashAttention-2 efficiency of every profile (LESS SURE beyond Ampere).
+FLASH2_SPEEDUP_OVER_FLASH1 = 2.0
+
 
 def gemm_time_s(flops: np.ndarray | float, peak_flops: float, max_fraction: float, half_flops: float) -> np.ndarray:
     """Seconds for a GEMM of `flops` FLOPs: F / (peak * eff(F)) = (F + half_flops) / (peak * max_fraction)."""

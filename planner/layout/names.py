@@ -60,14 +60,16 @@ MASTER_WEIGHTS: tuple[str, ...] = ("fp32", "remainders", "none")
 the default first: a full fp32 copy; only the 16 low bits the bf16 weight lacks ("remainders": Transformer
 Engine's FusedAdam and Apex DistributedFusedAdam store_param_remainders); or none (updates applied to the bf16
 weights: Apex DistributedFusedAdam with a bf16 optimizer dtype)."""
-ATTENTION_KERNELS: tuple[str, ...] = ("auto", "flash2")
+ATTENTION_KERNELS: tuple[str, ...] = ("auto", "flash2", "flash1")
 """Fused attention kernels the cost model times (`Workload.attention_kernel`, `--attention-kernel`), the default
 first. auto: the GPU's fastest fused kernel as its profile measures it (`attention_efficiency`): cuDNN attention on
 Hopper, which PyTorch's SDPA picks there by default since torch 2.9 (pytorch/pytorch#162073) and Transformer Engine
 runs; FlashAttention-2 on Ampere, where it is the fastest. flash2: FlashAttention-2 on every GPU
 (`attention_efficiency_flash2`): PyTorch's SDPA before torch 2.9 (the flash backend first, cuDNN opt-in:
 pytorch/pytorch#138649), TorchTitan on Hopper (its SDPA wrapper ranks FLASH_ATTENTION first and adds cuDNN only on
-sm100), the flash-attn 2 package."""
+sm100), the flash-attn 2 package. flash1: FlashAttention-1 (the flash-attn 1.x package), half as fast as
+FlashAttention-2 (`planner.cost.efficiency.FLASH2_SPEEDUP_OVER_FLASH1`): Megatron-LM's --use-flash-attn from its
+January 2023 integration until flash-attn 2, whose release renamed the function that code called."""
 SENT_STAGE_OUTPUTS: tuple[str, ...] = ("freed", "kept", "kept-tp-shard")
 """What a pipeline stage keeps of each output it has sent until that micro-batch's backward
 (`Workload.sent_stage_outputs`, `RuntimeCosts.sent_stage_outputs`): nothing (Megatron's deallocate_output_tensor),

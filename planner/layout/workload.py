@@ -74,7 +74,8 @@ class Workload(BaseModel):
         description="Which fused attention kernel runs (with flash_attention). auto: the GPU's fastest as its profile "
         "measures it (cuDNN attention on Hopper: PyTorch SDPA's default there since torch 2.9, Transformer Engine; "
         "FlashAttention-2 on Ampere). flash2: FlashAttention-2, about half as fast on Hopper: PyTorch SDPA before "
-        "torch 2.9, TorchTitan on Hopper, the flash-attn 2 package.",
+        "torch 2.9, TorchTitan on Hopper, the flash-attn 2 package. flash1: FlashAttention-1, half as fast as "
+        "FlashAttention-2 (Megatron-LM's --use-flash-attn before flash-attn 2).",
     )
     overlap_dp_comm: bool = Field(
         True,

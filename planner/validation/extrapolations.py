@@ -12,7 +12,7 @@ lists, in words a user can act on, where it leaves that envelope:
 - expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
 - FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
-  kernel (Hopper), with no validated run of that family using it;
+  kernel (Hopper), or FlashAttention-1 (flash1) on any GPU, with no validated run of that family using it;
 - a training precision (`Workload.dtype`) no validated run trained in, or none of the plan's runtime: fp8 GEMM
   peaks are twice bf16's, but runs measure far less (TorchTitan 2024 Table 1: +28 % from Float8 on Llama 3.1 8B;
   NeMo on DGX H100: 1.33-1.50x), and each stack's recipe casts differently (cost.runtime.Fp8Casts);
@@ -35,6 +35,16 @@ CP_TOKENS_SLACK = 2.0
 def _best_mfu(runs: list[ValidatedRun]) -> ValidatedRun | None:
     dense = [r for r in runs if not r.moe]
     return max(dense, key=lambda r: r.published_mfu) if dense else None
+
+
+def _kernel_basis(ctx, kernel: str) -> str | None:
+    """Where the speed of a named attention kernel comes from when it is not the profile's own measured kernel
+    (None when it is: `auto`, and FlashAttention-2 on a GPU whose profile times no other)."""
+    if kernel == "flash1":
+        return "its speed is FlashAttention-2's over the published speedup of FlashAttention-2 over it"
+    if kernel == "flash2" and getattr(ctx.gpu, "attention_efficiency_flash2", None):
+        return "its speed there is one published forward benchmark's ratio to the measured kernel"
+    return None
 
 
 def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
@@ -89,10 +99,9 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
     elif same_runtime and not any(r.dtype == dtype for r in same_runtime):  # another stack's fp8 recipe vouches not
         out.append(f"dtype {dtype} on runtime {runtime}: no validated run of this training stack trained in {dtype}")
     kernel = str(getattr(ctx.workload, "attention_kernel", "auto"))
-    if (kernel != "auto" and getattr(ctx.gpu, "attention_efficiency_flash2", None) and ctx.flash_attention
-            and not any(r.attention_kernel == kernel for r in same_family)):
-        out.append(f"attention kernel {kernel} on {name}: no validated run used it (its speed there is one "
-                   "published forward benchmark's ratio to the measured kernel)")
+    basis = _kernel_basis(ctx, kernel)
+    if basis and ctx.flash_attention and not any(r.attention_kernel == kernel for r in same_family):
+        out.append(f"attention kernel {kernel} on {name}: no validated run used it ({basis})")
     if layout.zero == 3 and not any(r.zero == 3 for r in same_family):
         out.append(f"ZeRO-3/FSDP: no validated ZeRO-3 run on {name}")
     best = _best_mfu(same_family)

@@ -13,6 +13,7 @@ import hardware_profiles
 from planner.api import make_context
 from planner.cost import comm, compute, elementwise, fixed_costs, interference, moe_dispatch
 from planner.cost.dp_groups import axis_groups
+from planner.cost.efficiency import FLASH2_SPEEDUP_OVER_FLASH1
 from planner.cost.runtime import KERNEL_LAUNCH_GAP_S, RUNTIME_COSTS, grad_reduce_bytes
 from planner.layout import Workload
 from planner.layout.names import RUNTIME_NAMES
@@ -465,8 +466,13 @@ def test_flash2_times_attention_at_its_own_efficiency_where_the_profile_has_one(
     gpu = hardware_profiles.gpu("h100-sxm")
     assert fa2.attention_efficiency == pytest.approx(gpu.attention_efficiency_flash2 * gpu.sustained_fraction)
     assert attention_s(fa2) / attention_s(auto) == pytest.approx(gpu.attention_efficiency / gpu.attention_efficiency_flash2)
-    a100 = [ctx_for("pytorch", cluster="dgx-a100", attention_kernel=k) for k in ("auto", "flash2")]
+    a100 = [ctx_for("pytorch", cluster="dgx-a100", attention_kernel=k) for k in ("auto", "flash2", "flash1")]
     assert a100[0].attention_efficiency == a100[1].attention_efficiency
+    # FlashAttention-1: FlashAttention-2's efficiency over its published speedup, on Ampere and Hopper alike
+    assert a100[2].attention_efficiency == pytest.approx(a100[1].attention_efficiency / FLASH2_SPEEDUP_OVER_FLASH1)
+    fa1 = ctx_for("pytorch", attention_kernel="flash1")
+    assert fa1.attention_efficiency == pytest.approx(fa2.attention_efficiency / FLASH2_SPEEDUP_OVER_FLASH1)
+    assert attention_s(fa1) > attention_s(fa2)
 
     from planner.frameworks import PROFILES, workload_for
     w = Workload(global_batch=8, seq_len=4096)

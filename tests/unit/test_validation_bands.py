@@ -150,6 +150,14 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
     assert extrapolations(flash2("dgx-h100"), small, mfu=0.40, runs=[*runs, run(id="fa2", attention_kernel="flash2")]) == ()
     a100_runs = [run(id=f"a{i}", family="a100") for i in range(3)]
     assert not any("attention kernel" in g for g in extrapolations(flash2("dgx-a100"), small, mfu=0.30, runs=a100_runs))
+    # FlashAttention-1 is timed from FlashAttention-2 on every GPU: an extrapolation until a run of the family used it
+    flash1 = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-a100", gpus=512),
+                          Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron",
+                                   attention_kernel="flash1"), framework="any")
+    got = extrapolations(flash1, small, mfu=0.30, runs=[*runs, *a100_runs])
+    assert len(got) == 1 and got[0].startswith("attention kernel flash1 on A100: no validated run used it")
+    fa1_run = run(id="fa1", family="a100", attention_kernel="flash1")
+    assert extrapolations(flash1, small, mfu=0.30, runs=[*runs, *a100_runs, fa1_run]) == ()
 
 
 def test_plans_carry_band_and_extrapolations_through_json() -> None:
