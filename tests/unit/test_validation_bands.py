@@ -141,19 +141,17 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
     got = extrapolations(fp8_torch, small, mfu=0.40, runs=mixed)
     assert got == ("dtype fp8 on runtime pytorch: no validated run of this training stack trained in fp8",)
     # FlashAttention-2 on Hopper, which no validated run used; on Ampere it is the profile's own kernel: nothing to say
-    def flash2(cluster: str) -> object:
+    def with_kernel(cluster: str, kernel: str = "flash2") -> object:
         return make_context(preset("llama3-70b"), hardware_profiles.cluster(cluster, gpus=512),
                             Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron",
-                                     attention_kernel="flash2"), framework="any")
-    got = extrapolations(flash2("dgx-h100"), small, mfu=0.40, runs=runs)
+                                     attention_kernel=kernel), framework="any")
+    got = extrapolations(with_kernel("dgx-h100"), small, mfu=0.40, runs=runs)
     assert len(got) == 1 and got[0].startswith("attention kernel flash2 on H100: no validated run used it")
-    assert extrapolations(flash2("dgx-h100"), small, mfu=0.40, runs=[*runs, run(id="fa2", attention_kernel="flash2")]) == ()
+    assert extrapolations(with_kernel("dgx-h100"), small, mfu=0.40, runs=[*runs, run(id="fa2", attention_kernel="flash2")]) == ()
     a100_runs = [run(id=f"a{i}", family="a100") for i in range(3)]
-    assert not any("attention kernel" in g for g in extrapolations(flash2("dgx-a100"), small, mfu=0.30, runs=a100_runs))
+    assert not any("attention kernel" in g for g in extrapolations(with_kernel("dgx-a100"), small, mfu=0.30, runs=a100_runs))
     # FlashAttention-1 is timed from FlashAttention-2 on every GPU: an extrapolation until a run of the family used it
-    flash1 = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-a100", gpus=512),
-                          Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron",
-                                   attention_kernel="flash1"), framework="any")
+    flash1 = with_kernel("dgx-a100", "flash1")
     got = extrapolations(flash1, small, mfu=0.30, runs=[*runs, *a100_runs])
     assert len(got) == 1 and got[0].startswith("attention kernel flash1 on A100: no validated run used it")
     fa1_run = run(id="fa1", family="a100", attention_kernel="flash1")
