@@ -7,6 +7,11 @@ squares (planner.calibration.fit.fit_gemm) over every measured GEMM of at least 
 that kernel launch dominates and no training GEMM is that small). Fused attention: the cost model times the
 forward as (F + attention_half_flops) / (peak * attention_efficiency) and the backward as 2.5x it, so the fit is
 of forward + backward time against 3.5 F (F = causal forward FLOPs, 2*b*heads*s^2*d).
+
+A file from `measure_kernels.py --shapes` (the validated runs' own GEMMs, training_gemm_shapes.py) gets the
+question it was measured for: does a FLOP-only curve time the training GEMMs, or does the inner dimension K matter?
+It prints the curve refitted on those shapes and its relative residuals by pass and by K band, next to the
+residuals of the profile's committed curve (the profile named by --gpu).
 """
 
 from __future__ import annotations
@@ -15,10 +20,51 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 import hardware_profiles
-from planner.calibration.fit import fit_affine, fit_gemm
+from planner.calibration.fit import GemmFit, fit_affine, fit_gemm
 
 SMALLEST_GEMM_FLOPS = 2.0**31
+
+
+K_BANDS = [0, 512, 1024, 2048, 4096, 8192, np.inf]
+K_BAND_LABELS = ["K < 512", "512-1023", "1024-2047", "2048-4095", "4096-8191", "K >= 8192"]
+
+
+def training_residuals(data: dict, gpu_name: str) -> tuple[pd.DataFrame, GemmFit]:
+    """Per training GEMM of at least 2^31 FLOP: the relative residual (predicted / measured - 1, per cent) of the
+    profile's committed curve (`committed_pct`) and of the curve refitted on these shapes (`refit_pct`), with its
+    K band; and that refitted curve."""
+    gpu = hardware_profiles.gpu(gpu_name)
+    peak = gpu.peak_flops["bf16"]
+    df = pd.DataFrame(data["training_gemm"])
+    df = df[df["flops"] >= SMALLEST_GEMM_FLOPS].copy()
+    if df.empty:
+        raise ValueError("no training GEMM of 2^31 FLOP or more in the file")
+    curve = fit_gemm(list(df["flops"]), list(df["time_s"]))
+    committed = gpu.matmul_efficiency
+    df["committed_pct"] = 100 * ((df["flops"] + committed.half_flops) / (peak * committed.max_fraction) / df["time_s"] - 1)
+    df["refit_pct"] = 100 * ((df["flops"] + curve.half_flops) / curve.rate_flops / df["time_s"] - 1)
+    df["k_band"] = pd.cut(df["k"], K_BANDS, right=False, labels=K_BAND_LABELS)
+    return df, curve
+
+
+def training_shape_report(data: dict, gpu_name: str) -> str:
+    """The residuals of `training_residuals` by pass and by inner dimension K (see the module docstring)."""
+    df, curve = training_residuals(data, gpu_name)
+    committed = hardware_profiles.gpu(gpu_name).matmul_efficiency
+    peak = hardware_profiles.gpu(gpu_name).peak_flops["bf16"]
+    lines = [f"{data['device']} (torch {data['torch']}): {len(df)} training GEMMs of {len(data['training_gemm'])} timed",
+             f"committed curve ({gpu_name}): max_fraction {committed.max_fraction:.3f}, half_flops {committed.half_flops:.3g}",
+             f"refitted on these shapes:  max_fraction {curve.rate_flops / peak:.3f}, half_flops {curve.half_flops:.3g} "
+             f"(rms relative error {100 * curve.rms_rel_error:.1f} %)",
+             "predicted / measured - 1, per cent (negative: the curve times the GEMM faster than it ran):"]
+    for by in ("pass", "k_band"):
+        table = df.groupby(by, observed=True)[["committed_pct", "refit_pct"]].agg(["count", "mean", "min", "max"])
+        lines.append(table.round(1).to_string())
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -28,6 +74,9 @@ def main() -> None:
     args = ap.parse_args()
     data = json.loads(Path(args.measured).read_text())
     peak = hardware_profiles.gpu(args.gpu).peak_flops["bf16"]
+    if "training_gemm" in data:
+        print(training_shape_report(data, args.gpu))
+        return
     gemms = [g for g in data["gemm"] if g["flops"] >= SMALLEST_GEMM_FLOPS]
     curve = fit_gemm([g["flops"] for g in gemms], [g["time_s"] for g in gemms])
     attn = data["attention"]

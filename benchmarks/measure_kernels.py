@@ -9,12 +9,22 @@ flash/cuDNN kernel PyTorch picks), causal, bf16, for head dims 64/96/128 and seq
 forward + backward, with FLOPs counted as the cost model does (causal half: 2*b*heads*s^2*d forward, 2.5x that
 backward, FlashAttention-2 Sec. 3.1). benchmarks/fit_kernel_profile.py turns the JSON into profile values.
 Needs a CUDA GPU; uses only torch.
+
+    python benchmarks/measure_kernels.py --shapes benchmarks/data/training_gemm_shapes.json --json OUT.json
+                                         [--budget-s 300] [--device cpu --limit 3]
+
+times instead every per-rank GEMM of the validated published runs (benchmarks/training_gemm_shapes.py: forward,
+input-gradient and weight-gradient passes, operands stored as nn.Linear stores them), in the file's order (most
+shared first), the best of 5 bursts of 5 calls each. OUT.json is rewritten after every shape, so a run stopped by
+--budget-s or a time limit keeps what it timed. --device cpu with --limit is a smoke test of the harness itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,11 +41,50 @@ LAYER_SHAPES = [
 ATTENTION = [(1, 16, 4096, 128), (4, 8, 2048, 96), (1, 32, 8192, 128), (2, 16, 2048, 64), (1, 12, 4096, 128)]
 
 
-def best_s(fn, bursts: int = 20, calls: int = 10) -> float:
+def best_s(fn, bursts: int = 20, calls: int = 10, device: str = "cuda") -> float:
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    return min(burst_s(fn, calls) for _ in range(bursts))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return min(burst_s(fn, calls, device) for _ in range(bursts))
+
+
+def pass_operands(step: str, m: int, k: int, n: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A and B of C[m,n] = A[m,k] @ B[k,n] for one training pass (benchmarks/training_gemm_shapes.py), laid out
+    as nn.Linear keeps them: fwd X @ W^T (W stored [n, k]); dgrad dY @ W (W stored [k, n] = [out, in]); wgrad
+    dY^T @ X (dY stored [k, m] = [tokens, out])."""
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16)
+
+    if step == "fwd":
+        return rand(m, k), rand(n, k).t()
+    if step == "dgrad":
+        return rand(m, k), rand(k, n)
+    if step == "wgrad":
+        return rand(k, m).t(), rand(k, n)
+    raise ValueError(f"pass {step!r} is not one of fwd, dgrad, wgrad")
+
+
+def measure_training_shapes(path: Path, out: Path | None, device: str, budget_s: float, limit: int | None) -> dict:
+    """Time every shape of a training_gemm_shapes.py file (see the module docstring); `out` is rewritten after
+    each shape so a cut-short run keeps its measurements."""
+    shapes = json.loads(path.read_text())["shapes"][:limit]
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    result = {"device": name, "torch": torch.__version__, "shapes_file": str(path), "timing": "best of 5 bursts of 5",
+              "training_gemm": []}
+    start = time.perf_counter()
+    for shape in shapes:
+        if time.perf_counter() - start > budget_s:
+            result["stopped"] = f"budget of {budget_s:.0f} s spent after {len(result['training_gemm'])} shapes"
+            break
+        a, b = pass_operands(shape["pass"], shape["m"], shape["k"], shape["n"], device)
+        t = best_s(lambda a=a, b=b: a @ b, bursts=5, calls=5, device=device)
+        result["training_gemm"].append({key: shape[key] for key in ("pass", "m", "k", "n", "count", "flops")}
+                                       | {"time_s": t})
+        del a, b
+        if out is not None:
+            out.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def measure_gemms() -> list[dict]:
@@ -70,7 +119,18 @@ def measure_attention() -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
+    ap.add_argument("--shapes", type=Path, help="time this training_gemm_shapes.py file instead of the default sweep")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop timing shapes after this long")
+    ap.add_argument("--limit", type=int, help="time only the first N shapes")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the harness")
     args = ap.parse_args()
+    if args.shapes is not None:
+        done = measure_training_shapes(args.shapes, Path(args.json) if args.json else None, args.device,
+                                       args.budget_s, args.limit)
+        for g in done["training_gemm"]:
+            print(f"{g['pass']:5s} {g['m']:6d} x {g['k']:6d} x {g['n']:6d}: {g['flops'] / g['time_s'] / 1e12:7.1f} TFLOP/s")
+        print(done.get("stopped", f"timed all {len(done['training_gemm'])} shapes"))
+        return
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "gemm": measure_gemms(), "attention": measure_attention()}
     for g in result["gemm"]:
