@@ -1,7 +1,7 @@
 """Activation recomputation (Chen et al. 2016; policies of Korthikanti et al. 2022 and TorchTitan).
 
   full       each decoder layer runs under `checkpoint_wrapper`: only its input is kept; the whole layer
-             is recomputed in the backward pass.
+             is recomputed in the backward pass (early_stop off, as TorchTitan's FullAC: the final projection too).
   selective  only the attention core (softmax(QK^T)V, the part whose activations grow with S^2 and cost
              few FLOPs to redo) is checkpointed; the matmuls' activations are kept. Under CP the core
              includes the K/V all-gather, which is then repeated in the backward pass.
@@ -15,6 +15,9 @@
              recomputed and not counted (TorchTitan's `force_recompute_mm_shapes_by_fqns` default
              "moe.router.gate"). The policy sees the local ops under DTensor TP, so TP and SP collectives that
              are not saved (all-reduce, all-gather) are issued again during the recompute.
+  every-k    every k-th decoder layer of the part (the k-th, 2k-th, ...: TorchTitan 0.2's layer-wise selective AC
+             count, `planner.layout.names.recomputes_layer_whole`) runs under `checkpoint_wrapper` as under full;
+             the other layers keep all their activations.
   none       nothing is recomputed.
 
 Applied after TP and CP (it wraps the modules they produced) and before FSDP (FSDP must see the wrapped
@@ -31,7 +34,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from executor.model import Transformer
-from planner.layout.names import RECOMPUTE_NAMES
+from planner.layout.names import RECOMPUTE_EVERY, RECOMPUTE_NAMES, recomputes_layer_whole
 
 aten = torch.ops.aten
 COUNTED_MATMULS = frozenset({aten.mm.default, aten.linear.default})
@@ -90,14 +93,20 @@ def _router_shapes(block) -> frozenset[tuple[int, ...]]:
 
 
 def apply_ac(part: Transformer, policy: str) -> None:
-    """Wrap `part`'s layers (full, op) or attention cores (selective) in place; "none" leaves it untouched."""
+    """Wrap `part`'s layers (full, op; every k-th under every-k) or attention cores (selective) in place; "none"
+    leaves it untouched."""
     if policy == "none":
         return
     if policy not in RECOMPUTE_NAMES:
         raise ValueError(f"unknown recompute policy {policy!r}")
-    for key, block in list(part.layers.items()):
-        if policy == "full":
-            part.layers[key] = _wrap(block)
+    for index, (key, block) in enumerate(list(part.layers.items())):
+        if policy == "full" or recomputes_layer_whole(policy, index):
+            # early_stop=False, as TorchTitan's FullAC and Megatron's recompute: the whole forward runs again, the
+            # last matmul included (torch's default stops once the saved tensors are back, skipping the layer's
+            # final projection): what the cost model counts.
+            part.layers[key] = _wrap(block, early_stop=False)
+        elif policy in RECOMPUTE_EVERY:
+            continue
         elif policy == "op":
             # early_stop=False (as TorchTitan): the recompute runs the whole layer, so every second matmul is
             # recomputed even where no backward op reads its output (GELU's last one): what the cost model counts.

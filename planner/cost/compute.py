@@ -20,7 +20,7 @@ Per decoder layer and micro-batch on one GPU (tokens T = micro_batch * seq_len /
 GEMM backward costs 2x forward (input and weight gradients, the standard 1:2 ratio, Narayanan et al. 2021
 Sec. 5.1 Eq. 3 derivation); zero-bubble schedules split the backward into B (input gradients: the dX GEMMs, the
 attention and element-wise backward, recomputation) and W (weight gradients: the dW GEMMs, as many FLOPs as the
-forward GEMMs), Qi et al. 2023 Sec. 2; `LayerTime.wgrad_s` is W. Full recomputation adds one forward of every layer; selective adds only the
+forward GEMMs), Qi et al. 2023 Sec. 2; `LayerTime.wgrad_s` is W. Full recomputation adds one forward of every layer (every-k: of 1/k of them); selective adds only the
 attention core (Korthikanti et al. 2022 Sec. 4.2); per-op ("op") adds the matmuls it does not save
 (planner.model.flops.op_recomputed_share) and the layer's element-wise forward, not the attention kernel.
 """
@@ -36,6 +36,7 @@ from planner.cost.context import CostContext, LayerType
 from planner.cost.efficiency import gemm_time_s
 from planner.cost.runtime import UNFUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM, runtime_costs
 from planner.layout.numeric import first_match
+from planner.layout.table import FULL_RECOMPUTE_SHARE, RecomputeCode
 
 BACKWARD_TO_FORWARD = 2.0  # Narayanan et al. 2021 Sec. 5.1: backward = 2x forward FLOPs
 
@@ -219,7 +220,10 @@ def embedding_time_s(ctx: CostContext, tokens: np.ndarray, tp: np.ndarray) -> np
 
 
 def recompute_time_s(recompute: np.ndarray, lt_time: LayerTime) -> np.ndarray:
-    """Extra forward seconds per layer and micro-batch for each recompute policy (0 none, 1 selective, 2 full,
-    3 op; `planner.layout.names.RECOMPUTE_NAMES`)."""
-    return first_match([recompute == 2, recompute == 1, recompute == 3],
-                       [lt_time.fwd_s, lt_time.attn_fwd_s, lt_time.op_recompute_s], 0.0)
+    """Extra forward seconds per layer and micro-batch for each recompute policy code
+    (`planner.layout.table.RecomputeCode`): the attention core (selective), the op policy's share, or the share of
+    layers recomputed whole times a forward (full: all; every-k: 1/k, the mean over the rank's layers)."""
+    code = np.asarray(recompute)
+    whole = FULL_RECOMPUTE_SHARE[code] * lt_time.fwd_s
+    return first_match([code == RecomputeCode.SELECTIVE, code == RecomputeCode.OP],
+                       [lt_time.attn_fwd_s, lt_time.op_recompute_s], whole)

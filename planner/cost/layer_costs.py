@@ -17,7 +17,7 @@ from planner.cost.context import CostContext
 from planner.cost.dp_groups import axis_groups, dp_group_coeffs
 from planner.layout.expert_groups import data_axes_inner_first, expert_shard_size
 from planner.layout.numeric import sorted_unique
-from planner.layout.table import MESH_ORDERS, RecomputeCode
+from planner.layout.table import FULL_RECOMPUTE_SHARE, MESH_ORDERS, RecomputeCode
 
 __all__ = ["LayerCosts", "coeff_columns", "expert_shard", "layer_costs", "layer_costs_of_rows", "rows_of"]
 
@@ -114,13 +114,14 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
     dense_params = expert_params = 0.0
     tp_f = comm.tp_layer_fwd_s(ctx, tp_ar, tokens)
     cp_f = comm.cp_layer_fwd_s(ctx, cp_ag, tokens, tp, cp)
-    full = rc == RecomputeCode.FULL
-    # The forward collectives a recomputation issues again: full repeats them all; "op" (executor.ac) repeats the
-    # TP collectives it does not save (both all-reduces without SP; with SP the two all-gathers, half the forward
-    # volume, its reduce-scatters being saved) and the CP K/V all-gather, and saves the EP all-to-alls.
+    whole = FULL_RECOMPUTE_SHARE[rc]
+    # The forward collectives a recomputation issues again: full repeats them all (every-k: on the 1/k of the layers
+    # it recomputes); "op" (executor.ac) repeats the TP collectives it does not save (both all-reduces without SP;
+    # with SP the two all-gathers, half the forward volume, its reduce-scatters being saved) and the CP K/V
+    # all-gather, and saves the EP all-to-alls.
     op = rc == RecomputeCode.OP
-    tp_again = np.where(full, 1.0, np.where(op, np.where(sp, 0.5, 1.0), 0.0))
-    cp_again = (full | op).astype(float)
+    tp_again = np.where(op, np.where(sp, 0.5, 1.0), whole)
+    cp_again = np.where(op, 1.0, whole)
     for wk, lt in zip(w, ctx.layer_types):
         lt_time = compute.layer_time_s(ctx, lt, tokens, tp, cp, ep, sp)
         attn = lt_time.attn_fwd_s
@@ -146,7 +147,7 @@ def layer_costs(ctx: CostContext, table: dict[str, np.ndarray], bw: comm.AxisBan
         u_w += wk * lt_time.wgrad_s
         u_tp += wk * (tp_exp_f * (1 + tp_again) + tp_exp_b)
         u_cp += wk * (cp_exp_f * (1 + cp_again) + cp_exp_b)
-        u_ep += wk * (ep_f * (1 + full) + ep_b)
+        u_ep += wk * (ep_f * (1 + whole) + ep_b)
         dense_params += wk * lt.dense_params
         expert_params += wk * lt.expert_params
     # FSDP/DDP hooks around every layer when gradients are reduced across ranks (measured; 0 uncalibrated).

@@ -22,7 +22,8 @@ g = kv_heads/heads:
              input 2sbf; dropout mask sbh; (GELU with f = 4h gives the paper's 19sbh)
   norms:     2 x 2sbh.
   TP without SP divides only the TP-local parts; with SP everything is divided by tp (Table 2). Selective
-  recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP).
+  recomputation drops the 5as^2b term; full recomputation keeps only the layer input 2sbh (/tp with SP); the
+  every-k policies keep that on 1/k of the layers and everything on the others (the per-layer value is the mean).
   Per-op selective recomputation ("op", executor/ac.py, TorchTitan SelectiveAC) keeps exactly what its policy
   saves, at their executor shapes and dtypes (`op_activation_bytes_per_token`): the layer input, the outputs of
   the matmuls it does not recompute (planner.model.flops.op_recomputed_share), the SDPA output and its fp32 log-sum-exp, and
@@ -63,6 +64,7 @@ from planner.cost.context import CostContext
 from planner.cost.moe_dispatch import ep_dispatch_tokens
 from planner.cost.runtime import runtime_costs
 from planner.layout.expert_groups import state_shard_ranks
+from planner.layout.table import FULL_RECOMPUTE_SHARE, RecomputeCode
 from planner.model.flops import gemm_tp_split, op_recomputed_share
 
 RESERVE_FIXED_BYTES = 2**30  # CUDA context + NCCL buffers, see module docstring
@@ -72,7 +74,12 @@ RESERVE_FRACTION = 0.05  # allocator fragmentation, see module docstring
 def activation_bytes_per_layer(
     ctx: CostContext, b: np.ndarray, tp: np.ndarray, cp: np.ndarray, sp: np.ndarray, recompute: np.ndarray
 ) -> np.ndarray:
-    """Stored activation bytes of one layer for one micro-batch (see module docstring)."""
+    """Stored activation bytes of one layer for one micro-batch (see module docstring); for the every-k policies
+    the mean over the rank's layers: 1/k of them at full recomputation's bytes, the rest at none's."""
+    recompute = np.asarray(recompute)
+    whole = FULL_RECOMPUTE_SHARE[recompute]
+    partial = (whole > 0) & (whole < 1)
+    recompute = np.where(partial, RecomputeCode.NONE, recompute)  # the layers it keeps whole, blended in below
     m = ctx.model
     s = ctx.workload.seq_len / cp.astype(float)
     bf = b.astype(float)
@@ -88,7 +95,7 @@ def activation_bytes_per_layer(
     attn_local = s * bf * (2 * q_dim + 2 * 2 * kv_dim + 2 * q_dim)  # Q, K, V, projection input
     mlp_local = s * bf * _mlp_local_bytes_per_token(m, f)
     scores = np.zeros_like(sbh) if ctx.flash_attention else 5 * a * s * s * bf
-    scores = np.where(recompute >= 1, 0.0, scores)
+    scores = np.where(recompute != RecomputeCode.NONE, 0.0, scores)
     # Replicated without SP: QKV input, MLP input, two norm inputs, dropout masks.
     replicated = sbh * (2 + 2 + 4 + 2 * drop)
     per_layer = (attn_local + mlp_local + scores) / t + np.where(sp, replicated / t, replicated)
@@ -103,13 +110,14 @@ def activation_bytes_per_layer(
     per_layer = per_layer * (ctx.act_bytes / 2.0)
     if ctx.workload.runtime == "pytorch":
         per_layer = per_layer + s * bf * eager_extra_bytes_per_token(ctx, tp, sp, recompute)
-    per_layer = np.where(recompute == 2, full * (ctx.act_bytes / 2.0), per_layer)
-    if np.any(recompute == 3):
+    full = full * (ctx.act_bytes / 2.0)
+    per_layer = np.where(recompute == RecomputeCode.FULL, full, per_layer)
+    if np.any(recompute == RecomputeCode.OP):
         w = ctx.layer_type_counts().astype(float)
         op = sum(wk * op_activation_bytes_per_token(ctx, bool(lt.expert_flops_per_token), tp, sp)
                  for wk, lt in zip(w / w.sum(), ctx.layer_types))
-        per_layer = np.where(recompute == 3, s * bf * op, per_layer)
-    return per_layer
+        per_layer = np.where(recompute == RecomputeCode.OP, s * bf * op, per_layer)
+    return np.where(partial, whole * full + (1 - whole) * per_layer, per_layer)
 
 
 LSE_BYTES = 4  # SDPA's log-sum-exp is fp32 whatever the activation dtype (one per query and head)

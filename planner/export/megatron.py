@@ -29,6 +29,7 @@ from planner.export import ExportResult, header, launch_shape
 from planner.export.script import shell_array, torchrun
 from planner.frameworks.megatron import PROFILE
 from planner.layout.framework_rules import order_allowed
+from planner.layout.names import RECOMPUTE_EVERY
 from planner.layout.table import SEARCHED_ORDERS, layout_to_row
 
 if TYPE_CHECKING:
@@ -151,6 +152,10 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args += ["--recompute-granularity", "selective"]
     elif lay.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif lay.recompute in RECOMPUTE_EVERY:
+        # The first num_layers/k layers recomputed whole (pp = 1 by the layout rules): the share every-k costs.
+        layers = str(m.num_layers // RECOMPUTE_EVERY[lay.recompute])
+        args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", layers]
     if lay.zero >= 1:
         args.append("--use-distributed-optimizer")
     if lay.zero >= 2:

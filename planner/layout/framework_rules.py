@@ -24,7 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.layout.expert_groups import data_axes_inner_first, ep_parts, not_a_block
-from planner.layout.names import DEFAULT_MESH_AXES, FRAMEWORK_NAMES, RECOMPUTE_NAMES
+from planner.layout.names import (
+    DEFAULT_MESH_AXES,
+    FRAMEWORK_NAMES,
+    RECOMPUTE_EVERY,
+    RECOMPUTE_MEANINGS,
+    RECOMPUTE_NAMES,
+)
 from planner.layout.numeric import sorted_unique
 from planner.layout.optimizer_rules import OPTIMIZER_RULES
 from planner.layout.rule import TRAITS, Columns, Rule
@@ -55,7 +61,8 @@ FEATURES: dict[str, Features] = {
         recompute={"none": "nothing recomputed", "selective": "the attention core softmax(QK^T)V of every layer "
                    "(executor.ac)", "full": "every decoder layer from its input (executor.ac)",
                    "op": "per-op selective checkpointing of every decoder layer: every second matmul and all "
-                   "element-wise ops recomputed (executor.ac)"},
+                   "element-wise ops recomputed (executor.ac)",
+                   **{name: f"{RECOMPUTE_MEANINGS[name]} (executor.ac)" for name in RECOMPUTE_EVERY}},
         zero={0: "FSDP2 replicate (DDP) over DP x CP", 1: "fully_shard(reshard_after_forward=False) over "
               "dp_shard x cp, one reduction per step", 2: "fully_shard(reshard_after_forward=False) over "
               "dp_shard x cp, reduce-scatter every micro-batch",
@@ -70,13 +77,19 @@ FEATURES: dict[str, Features] = {
         missing={"zero=1": "TorchTitan has no ZeRO-1: FSDP2 always shards gradients too (ZeRO-2 is "
                            "fsdp_reshard_after_forward=never)",
                  "recompute=selective": "TorchTitan's selective AC keeps matmul outputs per op or recomputes every "
-                                        "n-th layer; neither is the plan's attention-core recomputation"},
+                                        "n-th layer; neither is the plan's attention-core recomputation",
+                 **{f"recompute={name}": "TorchTitan 0.3 has no layer-wise activation checkpointing (FullAC, per-op "
+                                         "SelectiveAC and MemoryBudgetAC only; 0.2's selective_ac_option = \"k\", every "
+                                         "k-th block, is gone)" for name in RECOMPUTE_EVERY}},
         mesh_orders=(DEFAULT_MESH_AXES,), mesh_text="TorchTitan 0.3.0 builds its mesh in one order "
         "(ParallelDims.build_mesh)"),
     "megatron": Features(
         recompute={"none": "no recomputation",
                    "selective": "--recompute-granularity selective: the attention core (core_attn), as costed",
-                   "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"},
+                   "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+                   **{name: f"--recompute-granularity full --recompute-method block --recompute-num-layers "
+                            f"num_layers/{k} (the first 1/{k} of the layers recomputed whole)"
+                      for name, k in RECOMPUTE_EVERY.items()}},
         missing={"recompute=op": "Megatron-LM has no per-op matmul checkpointing: --recompute-granularity selective "
                                  "recomputes whole modules (--recompute-modules), not every second matmul"},
         zero={0: "DDP (--overlap-grad-reduce)", 1: "--use-distributed-optimizer (shards over dp x cp)",
@@ -91,7 +104,10 @@ FEATURES: dict[str, Features] = {
         zero={0: "plain data parallel (allreduce)", 1: "ZeRO stage 1", 2: "ZeRO stage 2", 3: "ZeRO stage 3"},
         missing={"recompute=selective": "DeepSpeed has no attention-core recomputation of its own",
                  "recompute=op": "DeepSpeed's activation checkpointing (deepspeed.checkpointing) recomputes whole "
-                                 "layers; it has no per-op selective policy"},
+                                 "layers; it has no per-op selective policy",
+                 **{f"recompute={name}": "meshplan's DeepSpeed export configures checkpointing of every transformer "
+                                         "layer (recompute full); which layers the model code wraps is not in the "
+                                         "DeepSpeed config" for name in RECOMPUTE_EVERY}},
         mesh_orders=(DEFAULT_MESH_AXES,), mesh_text="DeepSpeed 0.19.8 takes its ranks from the mpu in one order"),
 }
 """Per framework name (`names.FRAMEWORK_NAMES`), what it runs; "any" runs everything."""

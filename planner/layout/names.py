@@ -6,7 +6,14 @@ this module imports nothing (no numpy, no pydantic), like `planner.layout.schedu
 
 from __future__ import annotations
 
-RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full", "op")
+RECOMPUTE_EVERY: dict[str, int] = {"every-2": 2, "every-3": 3, "every-4": 4}
+"""Partial recomputation: policy name -> k, every k-th decoder layer recomputed from its input (as under "full")
+and the others keeping all their activations. TorchTitan 0.2's layer-wise selective AC (`selective_ac_option = "k"`:
+its checkpoint wrapper goes on every k-th TransformerBlock), Megatron's `--recompute-method block
+--recompute-num-layers L/k` (the first L/k layers of the stage) and IBM fms-fsdp's `selective_checkpointing = k`
+recompute the same share. The k offered are the ones that trade memory for time in steps a search can use;
+the layout rules say where each applies."""
+RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full", "op", *RECOMPUTE_EVERY)
 """Activation recomputation policies, by their code in the layout table (a new one is appended, so the codes of
 the others stay); what each means is `RECOMPUTE_MEANINGS`."""
 RECOMPUTE_MEANINGS: dict[str, str] = {
@@ -15,7 +22,26 @@ RECOMPUTE_MEANINGS: dict[str, str] = {
     "full": "each decoder layer recomputed from its input",
     "op": "TorchTitan's per-op selective AC: matmul, attention and SP reduce-scatter outputs kept except every "
           "second matmul; the rest recomputed",
+    **{name: f"every {k}{'nd' if k == 2 else 'rd' if k == 3 else 'th'} decoder layer recomputed from its input, "
+             "the others keep all their activations" for name, k in RECOMPUTE_EVERY.items()},
 }
+
+
+def recomputes_layer_whole(policy: str, index: int) -> bool:
+    """Whether `policy` recomputes decoder layer `index` (0-based, within the model part a rank runs) whole from its
+    input: every layer under full; under every-k the k-th, 2k-th, ... (TorchTitan's count: the wrapper goes on the
+    block whose running count is a multiple of k)."""
+    if policy == "full":
+        return True
+    return policy in RECOMPUTE_EVERY and (index + 1) % RECOMPUTE_EVERY[policy] == 0
+
+
+def full_recompute_share(policy: str) -> float:
+    """Share of the decoder layers a policy recomputes whole from their input: 1 for full, 1/k for the
+    every-k policies (`RECOMPUTE_EVERY`), 0 for the others (none, and those that recompute parts of every layer)."""
+    if policy == "full":
+        return 1.0
+    return 1.0 / RECOMPUTE_EVERY[policy] if policy in RECOMPUTE_EVERY else 0.0
 """One line per policy (CLI help, docs). `op` follows TorchTitan's `selective_ac_option = "op"`
 (torchtitan/distributed/activation_checkpoint.py, `_save_list` and the custom policy): inside each decoder
 layer the outputs of aten.mm, the SDPA kernels, c10d reduce_scatter_tensor and aten.max are saved, except every

@@ -27,7 +27,13 @@ import numpy as np
 
 from planner.errors import UserError
 from planner.layout.framework_rules import FRAMEWORK_RULES
-from planner.layout.names import ANY_FRAMEWORK, DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
+from planner.layout.names import (
+    ANY_FRAMEWORK,
+    DEFAULT_FRAMEWORK,
+    FRAMEWORK_NAMES,
+    RECOMPUTE_EVERY,
+    RECOMPUTE_NAMES,
+)
 from planner.layout.rule import Columns, Facts, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES
 from planner.layout.table import FIELD_OF_COLUMN, layout_to_row
@@ -62,6 +68,14 @@ _FLAG_BY_CODE: dict[str, np.ndarray] = {}
 
 def _needs_v(sched: Any) -> np.ndarray:
     return _flag(sched, "virtual_stages")
+
+
+_EVERY_K = np.array([RECOMPUTE_EVERY.get(name, 0) for name in RECOMPUTE_NAMES], dtype=np.int64)
+"""By `rc` code: k of an every-k recompute policy (`names.RECOMPUTE_EVERY`), 0 for the others."""
+
+
+def _every(rc: Any) -> np.ndarray:
+    return _EVERY_K[np.asarray(rc)]
 
 
 GENERIC_RULES: tuple[Rule, ...] = (
@@ -141,6 +155,22 @@ GENERIC_RULES: tuple[Rule, ...] = (
                        f"!= global batch {f.global_batch}"),
          "choose dp, micro_batch and num_microbatches whose product is the global batch",
          "every sequence of the step is trained exactly once"),
+    # Partial recomputation (every k-th layer) is costed as 1/k of each rank's layers, each a mean layer.
+    Rule("partial_recompute_without_pipeline", ("rc", "pp"), (), lambda c, f: (_every(c["rc"]) == 0) | (c["pp"] == 1),
+         lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]} needs pp=1 (got pp={r['pp']})",
+         "use recompute full or none with pipeline parallelism, or pp=1",
+         "an every-k policy recomputes every k-th layer a rank runs; meshplan counts 1/k of each rank's layers, "
+         "which holds when every rank runs all the layers"),
+    Rule("partial_recompute_divides_layers", ("rc",), ("num_layers",),
+         lambda c, f: (_every(c["rc"]) == 0) | (f.num_layers % np.maximum(_every(c["rc"]), 1) == 0),
+         lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]}: num_layers={f.num_layers} is not divisible by "
+         f"{_EVERY_K[r['rc']]}", "choose an every-k policy whose k divides the layers, or full",
+         "so that exactly 1/k of the layers are recomputed, as costed"),
+    Rule("partial_recompute_one_layer_type", ("rc",), ("traits",),
+         lambda c, f: (_every(c["rc"]) == 0) | ("dense_layers_between_moe" not in f.traits),
+         lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]} with dense layers between the MoE layers of "
+         f"{f.model_name}", "use recompute full or none for this model",
+         "every k-th layer must be a like share of each layer type for 1/k of the mean layer to be what it recomputes"),
     Rule("seq_len_fits_model", (), ("seq_len", "max_seq_len"), lambda c, f: f.seq_len <= f.max_seq_len,
          lambda r, f: f"seq_len={f.seq_len} exceeds the model's max_seq_len={f.max_seq_len}",
          "use --seq-len <= {max_seq_len}", "the model has no positions beyond its context"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from planner.layout.names import RECOMPUTE_NAMES
+from planner.layout.names import RECOMPUTE_EVERY, RECOMPUTE_NAMES, recomputes_layer_whole
 
 if TYPE_CHECKING:
     from planner.model.spec import ModelSpec
@@ -139,17 +139,19 @@ def layer_forward_flops(spec: ModelSpec, is_moe: bool, seq_len: int, causal: boo
     )
 
 
-def recompute_flops(layer: LayerFlops, recompute: str) -> int:
-    """Forward FLOPs per token repeated by the recompute policy for one layer."""
-    if recompute == "none":
-        return 0
+def recompute_flops(layer: LayerFlops, recompute: str, index: int | None = None) -> int:
+    """Forward FLOPs per token repeated by the recompute policy for layer number `index` (0-based). The every-k
+    policies recompute some layers whole and leave the others (`names.recomputes_layer_whole`), so they need the
+    index; the other policies treat every layer alike."""
+    if recompute not in RECOMPUTE_POLICIES:
+        raise ValueError(f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_POLICIES)}")
     if recompute == "selective":
         return layer.attn_scores
-    if recompute == "full":
-        return layer.total
     if recompute == "op":
         return layer.op_recompute
-    raise ValueError(f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_POLICIES)}")
+    if recompute in RECOMPUTE_EVERY and index is None:
+        raise ValueError(f"recompute={recompute!r} recomputes only some layers: give the layer's index")
+    return layer.total if recomputes_layer_whole(recompute, 0 if index is None else index) else 0
 
 
 def _layers(spec: ModelSpec, seq_len: int, causal: bool) -> list[LayerFlops]:
@@ -175,7 +177,7 @@ def training_flops_per_token(
     layers = _layers(spec, seq_len, causal)
     forward = sum(f.total for f in layers) + spec.logits_forward_flops()
     model = 3 * forward
-    return TrainingFlops(model, model + sum(recompute_flops(f, recompute) for f in layers))
+    return TrainingFlops(model, model + sum(recompute_flops(f, recompute, i) for i, f in enumerate(layers)))
 
 
 def _split(value: int, tp: int, what: str) -> int:

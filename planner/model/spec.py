@@ -315,7 +315,7 @@ class ModelSpec(BaseModel):
         self, i: int, seq_len: int, recompute: RecomputePolicy, causal: bool = True
     ) -> int:
         """Extra forward FLOPs per token that recomputation adds to layer i's backward pass."""
-        return _flops.recompute_flops(self.layer_forward_flops(i, seq_len, causal=causal), recompute)
+        return _flops.recompute_flops(self.layer_forward_flops(i, seq_len, causal=causal), recompute, i)
 
     def embedding_forward_flops(self) -> int:
         """0: the embedding is a table lookup, not a matmul."""

@@ -118,6 +118,8 @@ GROUPS: dict[int, list[dict]] = {
         _case("recompute_full_dp2_tp2", "tiny", dp=2, tp=2, zero=3, dp_shard=2, recompute="full", micro_batch=4),
         _case("recompute_op_dp2_tp2_sp", "tiny", dp=2, tp=2, zero=3, dp_shard=2, sequence_parallel=True,
               recompute="op", micro_batch=2, num_microbatches=2),
+        _case("recompute_every2_dp2_tp2_sp", "tiny", dp=2, tp=2, zero=3, dp_shard=2, sequence_parallel=True,
+              recompute="every-2", micro_batch=2, num_microbatches=2),
         _case("moe_dp4_zero3", "tiny-moe", dp=4, zero=3, dp_shard=4, micro_batch=1, num_microbatches=2),
         _case("moe_dp2_tp2_sp", "tiny-moe", dp=2, tp=2, zero=3, dp_shard=2, sequence_parallel=True, micro_batch=2,
               num_microbatches=2),

@@ -22,6 +22,7 @@ from planner.export import TARGETS, export
 from planner.export.checks.shell_text import read_array, read_exports, read_heredoc, strip_comments
 from planner.frameworks import framework
 from planner.layout import SCHEDULES, Layout, Workload
+from planner.layout.names import RECOMPUTE_EVERY
 from planner.model import load_model
 from planner.plan import Plan
 
@@ -71,6 +72,7 @@ def megatron() -> dict[str, Plan]:
                                       layer_partition=(4,) * 8, recompute="selective", sequence_parallel=True), "megatron"),
         "instances": ev(Layout(dp=8, tp=2, num_microbatches=8, zero=1, dp_shard=4, sequence_parallel=True), "megatron"),
         "fsdp": ev(Layout(dp=16, num_microbatches=4, zero=3, dp_shard=16), "megatron"),
+        "every2": ev(Layout(dp=16, num_microbatches=4, zero=1, dp_shard=16, recompute="every-2"), "megatron"),
     }
 
 
@@ -219,7 +221,7 @@ def megatron_partition(args: dict, num_layers: int, pp: int) -> tuple[int, ...]:
     return (num_layers // pp,) * pp
 
 
-@pytest.mark.parametrize("name", ["dp_outer", "uneven_1f1b", "even_interleaved", "instances", "fsdp"])
+@pytest.mark.parametrize("name", ["dp_outer", "uneven_1f1b", "even_interleaved", "instances", "fsdp", "every2"])
 def test_megatron_args_name_the_layout(megatron, name: str) -> None:
     plan = megatron[name]
     lay = plan.layout
@@ -235,7 +237,11 @@ def test_megatron_args_name_the_layout(megatron, name: str) -> None:
     assert ("--sequence-parallel" in args) == lay.sequence_parallel
     assert ("--use-distributed-optimizer" in args) == (lay.zero >= 1)
     assert ("--use-megatron-fsdp" in args) == (lay.zero >= 2)
-    assert args.get("--recompute-granularity", "none") == lay.recompute
+    if lay.recompute in RECOMPUTE_EVERY:  # whole layers, the first num_layers/k of them (pp = 1)
+        assert (args["--recompute-granularity"], args["--recompute-method"]) == ("full", "block")
+        assert int(args["--recompute-num-layers"]) * RECOMPUTE_EVERY[lay.recompute] == MODEL.num_layers
+    else:
+        assert args.get("--recompute-granularity", "none") == lay.recompute
     assert args.get("--num-distributed-optimizer-instances", "1") == str(lay.dp_replicate if lay.zero else 1)
     assert ("--use-tp-pp-dp-mapping" in args) == (lay.mesh_axes == DP_OUTER)
     # Costed with overlapped data-parallel traffic: the flags that make Megatron overlap it.
@@ -370,6 +376,15 @@ def test_per_op_recomputation_never_reaches_megatron_or_deepspeed(titan, target)
     assert f"[{target}.recompute]" in str(info.value)
     replanned = export(titan["op"], target, replan=True).plan
     assert replanned is not None and replanned.layout.recompute != "op"
+
+
+@pytest.mark.parametrize("target", ["torchtitan", "deepspeed"])
+def test_every_k_recomputation_never_reaches_torchtitan_or_deepspeed(megatron, target) -> None:
+    with pytest.raises(UserError) as info:
+        export(megatron["every2"], target)
+    assert f"[{target}.recompute]" in str(info.value)
+    replanned = export(megatron["every2"], target, replan=True).plan
+    assert replanned is not None and replanned.layout.recompute not in RECOMPUTE_EVERY
 
 
 def test_expert_groups_meshplan_run_cannot_build_are_refused() -> None:

@@ -72,7 +72,8 @@ def _core_only(args: list[str]):
     kw["attention_dropout"] = float(_value(args, "--attention-dropout", "0.1"))
     kw["recompute_granularity"] = _value(args, "--recompute-granularity")
     if kw["recompute_granularity"] == "full":
-        kw.update(recompute_method="uniform", recompute_num_layers=1)
+        kw.update(recompute_method=_value(args, "--recompute-method"),
+                  recompute_num_layers=int(_value(args, "--recompute-num-layers")))
     if "--num-layers-per-virtual-pipeline-stage" in args:
         per = int(_value(args, "--num-layers-per-virtual-pipeline-stage"))
         kw["virtual_pipeline_model_parallel_size"] = kw["num_layers"] // (per * kw["pipeline_model_parallel_size"])
