@@ -160,7 +160,8 @@ class ParallelismBlock(_Notes):
 
 
 class RecomputeBlock(_Notes):
-    policy: Literal[RECOMPUTE_NAMES] | None = None  # type: ignore[valid-type]
+    # A list: the source states the kind but not which of these (TorchTitan's "selective layer" without its k).
+    policy: Literal[RECOMPUTE_NAMES] | list[Literal[RECOMPUTE_NAMES]] | None = None  # type: ignore[valid-type]
     setting: str | None = None
 
 

@@ -59,6 +59,7 @@ from planner.api import (
     search_result,
 )
 from planner.layout import RECOMPUTE_NAMES, Workload
+from planner.layout.names import RECOMPUTE_EVERY
 from planner.layout.schedules import ScheduleCode
 from planner.solver.space import SearchLimits
 
@@ -177,17 +178,17 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     "torchtitan-2024-04": {
         # TorchTitan of April 2024 (1ea476e9f, docs/performance.md's A100 tables): FSDP2 fully_shard per block (ZeRO-3,
         # MixedPrecisionPolicy param bf16 / reduce fp32) and DTensor TP with sequence parallelism; pipeline and context
-        # parallelism had not landed yet. AC none / full per block, per-op selective (op), or every k-th layer (a gap on
-        # those cases). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
-        "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full", "op")},
+        # parallelism had not landed yet. AC none / full per block, per-op selective (op), or every k-th layer
+        # (selective_ac_option k: every-k). Eager (compile false in every config), SDPA flash attention, AdamW foreach.
+        "features": {"pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full", "op", *RECOMPUTE_EVERY)},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
     },
     "fms-fsdp-2024": {
         # IBM fms-fsdp (7746dac, the PyTorch FSDP blog of 2024-03-13): FSDP1 FULL_SHARD or HYBRID_SHARD (ZeRO-3 over
         # all of DP or over a node), no TP/PP/CP/EP, whole-block activation checkpointing (every block, or every k-th:
-        # a gap), SDPA flash attention v2, eager (use_torch_compile False), AdamW (foreach). Its bf16 gradient
+        # every-k), SDPA flash attention v2, eager (use_torch_compile False), AdamW (foreach). Its bf16 gradient
         # reduction and FSDP1's flat parameters are gaps on every case.
-        "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full"),
+        "features": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 3, "recompute": ("none", "full", *RECOMPUTE_EVERY),
                      "sequence_parallel": False},
         "workload": {"flash_attention": True, "overlap_dp_comm": True, "runtime": "pytorch", "attention_kernel": "flash2"},
     },
@@ -297,12 +298,14 @@ Megatron-Core 119B, need about a thousand: every row above the first buildable o
 
 def framework_features(name: str) -> dict[str, Any]:
     """The feature set the pick and the rank search over for framework `name`. An entry that names no recompute
-    policies runs the layer-level ones, not per-op selective checkpointing ("op", TorchTitan's and meshplan's, which
-    those entries name themselves): none and full, and selective where attention is unfused (with FlashAttention
-    selective saves nothing and an unpinned search prunes it as dominated, so naming it would only add rows)."""
+    policies runs the layer-level ones, not per-op selective checkpointing ("op", TorchTitan's and meshplan's) nor
+    every k-th layer (every-k), which the entries whose software has them name themselves: none and full, and
+    selective where attention is unfused (with FlashAttention selective saves nothing and an unpinned search prunes
+    it as dominated, so naming it would only add rows)."""
     entry = FRAMEWORKS[name]
     flash = entry["workload"].get("flash_attention", True)
-    layer_level = tuple(r for r in RECOMPUTE_NAMES if r != "op" and not (flash and r == "selective"))
+    layer_level = tuple(r for r in RECOMPUTE_NAMES
+                        if r != "op" and r not in RECOMPUTE_EVERY and not (flash and r == "selective"))
     return {"recompute": layer_level, **entry["features"]}
 
 
@@ -338,7 +341,8 @@ def _stated(case: PublishedRun) -> dict[str, Any]:
         if par.sequence_parallel is not None and par.tp > 1:
             stated["sequence_parallel"] = par.sequence_parallel
         if case.recompute.policy:
-            stated["recompute"] = case.recompute.policy
+            policy = case.recompute.policy
+            stated["recompute"] = tuple(policy) if isinstance(policy, list) else policy
         if par.dp_shard:
             stated["dp_shard"] = par.dp_shard
     defaults = FRAMEWORKS[framework_name(case)].get("pipeline_defaults")

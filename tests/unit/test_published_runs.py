@@ -29,6 +29,7 @@ from published_step_times import korthikanti_eq7, megatron_2025, narayanan_eq3, 
 
 from planner.cost.memory import RESERVE_FIXED_BYTES, RESERVE_FRACTION  # noqa: E402
 from planner.layout import Workload  # noqa: E402
+from planner.layout.names import RECOMPUTE_EVERY  # noqa: E402
 from planner.layout.schedules import ScheduleCode  # noqa: E402
 
 CASES = {
@@ -513,7 +514,7 @@ def test_pytorch_fsdp_rows_give_back_the_published_mfu(source: str, tolerance_pt
 def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps() -> None:
     """fms-fsdp: FSDP1 FULL_SHARD (dp_shard = dp) or, for 7B, HYBRID_SHARD within a node (dp_shard 8), local batch
     2; every row reduces its gradients in bf16 (bfSixteen: grad_reduce_dtype) and carries FSDP1's flat parameters
-    (runtime), 'Selective AC' (every k-th block) a recompute gap. TorchTitan April 2024: FSDP2 over all 64 ranks, no PP/CP; every row carries
+    (runtime); 'Selective AC' (every k-th block, k unstated) is pinned as the every-k policies. TorchTitan April 2024: FSDP2 over all 64 ranks, no PP/CP; every row carries
     the unstated A100 network (hardware)."""
     for name, pp_cp in (("fms-fsdp-2024", {"tp": 1, "pp": 1, "cp": 1, "ep": 1}), ("torchtitan-2024-04", {"pp": 1, "cp": 1, "ep": 1})):
         fw = FRAMEWORKS[name]
@@ -526,7 +527,10 @@ def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps()
         assert pins["dp_shard"] == (8 if hsdp else case.hardware.num_gpus), case.id
         kinds = {g.kind for g in case.gaps}
         assert published_runs.workload(case).grad_reduce_dtype == "bf16" and "comm" not in kinds, case.id
-        assert "runtime" in kinds and ("recompute" in kinds) == ("Selective" in case.recompute.setting), case.id
+        assert "runtime" in kinds and "recompute" not in kinds, case.id
+        # 'Selective AC' checkpoints every k-th block, k unstated: every-k, each k the layout rules allow searched.
+        selective = "Selective" in case.recompute.setting
+        assert (pins.get("recompute") == tuple(RECOMPUTE_EVERY)) == selective, case.id
         assert build_cluster(case).num_gpus == case.hardware.num_gpus
     hsdp_case = _case("fmsfsdp2024_a100_llama2-7b_128gpu")
     assert validation.published_layout_cost(hsdp_case).layout.dp_shard == 8
@@ -534,6 +538,10 @@ def test_pytorch_fsdp_frameworks_pin_full_or_hybrid_shard_and_carry_their_gaps()
         pins = published_runs._pins(case)
         assert (pins["tp"], pins["pp"], pins["dp"], pins["dp_shard"]) == (1, 1, 64, 64)
         assert any(g.kind == "hardware" for g in case.gaps), case.id
+        # 'selective layer' (selective_ac_option k, k unstated): the every-k policies, no longer a gap
+        layer_wise = "selective layer" in case.recompute.setting
+        assert (pins.get("recompute") == tuple(RECOMPUTE_EVERY)) == layer_wise, case.id
+        assert not any(g.kind == "recompute" for g in case.gaps), case.id
 
 
 def _automodel_llama3_flop_per_token(case) -> float:
