@@ -369,22 +369,20 @@ def test_a_plan_for_another_framework_is_refused_with_the_rule_or_replanned(mega
     assert any(w.startswith("re-planned for TorchTitan 0.3.0") for w in result.warnings)
 
 
-@pytest.mark.parametrize("target", ["megatron", "deepspeed"])
-def test_per_op_recomputation_never_reaches_megatron_or_deepspeed(titan, target) -> None:
+@pytest.mark.parametrize("made_for, plan_name, target, policies", [
+    ("titan", "op", "megatron", ("op",)), ("titan", "op", "deepspeed", ("op",)),
+    ("megatron", "every2", "torchtitan", tuple(RECOMPUTE_EVERY)), ("megatron", "every2", "deepspeed", tuple(RECOMPUTE_EVERY)),
+])
+def test_a_recompute_policy_a_framework_lacks_never_reaches_its_export(request, made_for, plan_name, target,
+                                                                        policies) -> None:
+    """Per-op checkpointing never reaches Megatron or DeepSpeed, every-k never TorchTitan 0.3 or DeepSpeed: refused
+    with the framework's reason, or re-planned without it."""
+    plan = request.getfixturevalue(made_for)[plan_name]
     with pytest.raises(UserError) as info:
-        export(titan["op"], target)
+        export(plan, target)
     assert f"[{target}.recompute]" in str(info.value)
-    replanned = export(titan["op"], target, replan=True).plan
-    assert replanned is not None and replanned.layout.recompute != "op"
-
-
-@pytest.mark.parametrize("target", ["torchtitan", "deepspeed"])
-def test_every_k_recomputation_never_reaches_torchtitan_or_deepspeed(megatron, target) -> None:
-    with pytest.raises(UserError) as info:
-        export(megatron["every2"], target)
-    assert f"[{target}.recompute]" in str(info.value)
-    replanned = export(megatron["every2"], target, replan=True).plan
-    assert replanned is not None and replanned.layout.recompute not in RECOMPUTE_EVERY
+    replanned = export(plan, target, replan=True).plan
+    assert replanned is not None and replanned.layout.recompute not in policies
 
 
 def test_expert_groups_meshplan_run_cannot_build_are_refused() -> None:
