@@ -8,7 +8,8 @@ lists, in words a user can act on, where it leaves that envelope:
 - more GPUs than the largest validated run of the GPU family;
 - a deeper pipeline than any validated run, or a schedule no validated run used;
 - TP beyond one NVLink domain when no validated run did that;
-- CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached;
+- CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached; CP in an MoE model
+  with no validated MoE run using CP (expert groups are formed inside DP x CP, so EP then spans CP ranks);
 - expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
 - FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
@@ -87,6 +88,9 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
         if not any(r.cp >= layout.cp and r.seq_len / r.cp <= CP_TOKENS_SLACK * per_rank for r in runs):
             out.append(f"cp={layout.cp} at {seq:,} tokens per sequence ({per_rank:,} per CP rank): no validated run "
                        f"with cp >= {layout.cp} at <= {int(CP_TOKENS_SLACK * per_rank):,} tokens per CP rank")
+        if ctx.model.moe is not None and not any(r.moe and r.cp > 1 for r in runs):
+            out.append(f"cp={layout.cp} in an MoE model: no validated MoE run used context parallelism (its expert "
+                       "groups then span CP ranks)")
     if layout.ep > 1:
         with_ep = [r for r in runs if r.moe and r.ep > 1]
         if not with_ep:

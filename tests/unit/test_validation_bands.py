@@ -126,6 +126,17 @@ def test_extrapolations_name_each_knob_outside_the_validated_runs() -> None:
     assert any(g.startswith("A100 GPUs: no validated run on this GPU family") for g in got)
     assert any(g.startswith("ep=8: no validated MoE run") for g in got)
     assert any(g.startswith("ZeRO-3/FSDP: no validated ZeRO-3 run on A100") for g in got)
+    # CP in an MoE model: the dense CP run does not vouch for it, a validated MoE run with CP does
+    moe = make_context(preset("mixtral-8x7b"), hardware_profiles.cluster("dgx-h100", gpus=64),
+                       Workload(global_batch_tokens=512 * 16384, seq_len=16384, runtime="megatron"), framework="any")
+    moe_cp = Layout(dp=8, cp=2, ep=8, num_microbatches=64)
+    moe_runs = [*runs, run(id="moe", moe=True, ep=8, gpus=64)]
+    assert any(g.startswith("cp=2 in an MoE model: no validated MoE run used context parallelism")
+               for g in extrapolations(moe, moe_cp, mfu=0.3, runs=moe_runs))
+    covered = [*moe_runs, run(id="moe_cp", moe=True, ep=8, cp=2, gpus=64, seq_len=16384)]
+    assert not any("in an MoE model" in g for g in extrapolations(moe, moe_cp, mfu=0.3, runs=covered))
+    assert not any("in an MoE model" in g for g in extrapolations(_ctx("dgx-h100", 64), Layout(
+        dp=4, tp=8, cp=2, num_microbatches=128), mfu=0.3, runs=runs))  # a dense model: nothing MoE to say
     # a precision no validated run trained in (fp8 here; the bf16 runs vouch for bf16 only)
     fp8 = make_context(preset("llama3-70b"), hardware_profiles.cluster("dgx-h100", gpus=512),
                        Workload(global_batch_tokens=512 * 8192, seq_len=8192, runtime="megatron", dtype="fp8"),
