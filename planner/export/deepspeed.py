@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.export import ExportResult, header
 from planner.frameworks.deepspeed import PROFILE
+from planner.layout.names import RECOMPUTE_EVERY, ordinal
 
 if TYPE_CHECKING:
     from planner.plan import Plan
@@ -57,10 +58,13 @@ def config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
             cfg["bf16"].update({"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
     elif w.dtype == "fp16":
         cfg["fp16"] = {"enabled": True}
-    if lay.recompute == "full":
+    if lay.recompute == "full" or lay.recompute in RECOMPUTE_EVERY:
         cfg["activation_checkpointing"] = {"partition_activations": lay.tp > 1, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}
-        warnings.append("recompute=full: wrap every transformer layer with deepspeed.checkpointing.checkpoint "
+        k = RECOMPUTE_EVERY.get(lay.recompute, 1)
+        which = ("every transformer layer" if k == 1 else
+                 f"every {ordinal(k)} transformer layer (the {ordinal(k)}, {ordinal(2 * k)}, ...; the others not)")
+        warnings.append(f"recompute={lay.recompute}: wrap {which} with deepspeed.checkpointing.checkpoint "
                         "(the activation_checkpointing section configures it)")
     if lay.tp > 1 or lay.pp > 1:
         warnings.append(f"TP={lay.tp} / PP={lay.pp} need an mpu: DeepSpeed applies them only through the model code "

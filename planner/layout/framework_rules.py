@@ -30,6 +30,7 @@ from planner.layout.names import (
     RECOMPUTE_EVERY,
     RECOMPUTE_MEANINGS,
     RECOMPUTE_NAMES,
+    ordinal,
 )
 from planner.layout.numeric import sorted_unique
 from planner.layout.optimizer_rules import OPTIMIZER_RULES
@@ -100,14 +101,13 @@ FEATURES: dict[str, Features] = {
         "tp-cp-ep-pp-dp"),
     "deepspeed": Features(
         recompute={"none": "no recomputation",
-                   "full": "deepspeed.checkpointing.checkpoint around every transformer layer (model code)"},
+                   "full": "deepspeed.checkpointing.checkpoint around every transformer layer (model code)",
+                   **{name: f"deepspeed.checkpointing.checkpoint around every {ordinal(k)} transformer layer "
+                            "(model code)" for name, k in RECOMPUTE_EVERY.items()}},
         zero={0: "plain data parallel (allreduce)", 1: "ZeRO stage 1", 2: "ZeRO stage 2", 3: "ZeRO stage 3"},
         missing={"recompute=selective": "DeepSpeed has no attention-core recomputation of its own",
                  "recompute=op": "DeepSpeed's activation checkpointing (deepspeed.checkpointing) recomputes whole "
-                                 "layers; it has no per-op selective policy",
-                 **{f"recompute={name}": "meshplan's DeepSpeed export configures checkpointing of every transformer "
-                                         "layer (recompute full); which layers the model code wraps is not in the "
-                                         "DeepSpeed config" for name in RECOMPUTE_EVERY}},
+                                 "layers; it has no per-op selective policy"},
         mesh_orders=(DEFAULT_MESH_AXES,), mesh_text="DeepSpeed 0.19.8 takes its ranks from the mpu in one order"),
 }
 """Per framework name (`names.FRAMEWORK_NAMES`), what it runs; "any" runs everything."""

@@ -13,6 +13,14 @@ its checkpoint wrapper goes on every k-th TransformerBlock), Megatron's `--recom
 --recompute-num-layers L/k` (the first L/k layers of the stage) and IBM fms-fsdp's `selective_checkpointing = k`
 recompute the same share. The k offered are the ones that trade memory for time in steps a search can use;
 the layout rules say where each applies."""
+
+
+def ordinal(k: int) -> str:
+    """2 -> "2nd", 3 -> "3rd", 4 -> "4th" (how messages name the k of an every-k policy)."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full", "op", *RECOMPUTE_EVERY)
 """Activation recomputation policies, by their code in the layout table (a new one is appended, so the codes of
 the others stay); what each means is `RECOMPUTE_MEANINGS`."""
@@ -22,8 +30,8 @@ RECOMPUTE_MEANINGS: dict[str, str] = {
     "full": "each decoder layer recomputed from its input",
     "op": "TorchTitan's per-op selective AC: matmul, attention and SP reduce-scatter outputs kept except every "
           "second matmul; the rest recomputed",
-    **{name: f"every {k}{'nd' if k == 2 else 'rd' if k == 3 else 'th'} decoder layer recomputed from its input, "
-             "the others keep all their activations" for name, k in RECOMPUTE_EVERY.items()},
+    **{name: f"every {ordinal(k)} decoder layer recomputed from its input, the others keep all their activations"
+       for name, k in RECOMPUTE_EVERY.items()},
 }
 
 

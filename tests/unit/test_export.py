@@ -338,6 +338,7 @@ def test_bf16_gradient_reduction_per_framework() -> None:
 @pytest.mark.parametrize("layout", [
     Layout(dp=16, num_microbatches=4, zero=2, dp_shard=16),
     Layout(dp=16, num_microbatches=4, zero=3, dp_shard=16, recompute="full"),
+    Layout(dp=16, num_microbatches=4, zero=3, dp_shard=16, recompute="every-4"),
     Layout(dp=4, pp=4, num_microbatches=16, zero=1, dp_shard=4),
     Layout(dp=4, tp=2, pp=2, num_microbatches=16, zero=1, dp_shard=4, sequence_parallel=True),
 ])
@@ -351,7 +352,12 @@ def test_deepspeed_batch_counts_dp_as_deepspeed_does(layout: Layout) -> None:
     assert cfg["train_batch_size"] == lay.global_batch
     assert cfg["zero_optimization"]["stage"] == lay.zero
     assert "mics" not in result.text  # removed in DeepSpeed 0.19.7
-    assert ("activation_checkpointing" in cfg) == (lay.recompute == "full")
+    whole_layers = lay.recompute == "full" or lay.recompute in RECOMPUTE_EVERY
+    assert ("activation_checkpointing" in cfg) == whole_layers
+    which = {"full": "wrap every transformer layer", "every-4": "wrap every 4th transformer layer (the 4th, 8th, ..."}
+    assert [w for w in result.warnings if w.startswith("recompute=")] == (
+        [w for w in result.warnings if which.get(lay.recompute, "-") in w] if whole_layers else [])
+    assert any(w.startswith("recompute=") for w in result.warnings) == whole_layers
     assert any("need an mpu" in w for w in result.warnings) == (lay.tp > 1 or lay.pp > 1)
 
 
@@ -371,11 +377,11 @@ def test_a_plan_for_another_framework_is_refused_with_the_rule_or_replanned(mega
 
 @pytest.mark.parametrize("made_for, plan_name, target, policies", [
     ("titan", "op", "megatron", ("op",)), ("titan", "op", "deepspeed", ("op",)),
-    ("megatron", "every2", "torchtitan", tuple(RECOMPUTE_EVERY)), ("megatron", "every2", "deepspeed", tuple(RECOMPUTE_EVERY)),
+    ("megatron", "every2", "torchtitan", tuple(RECOMPUTE_EVERY)),
 ])
 def test_a_recompute_policy_a_framework_lacks_never_reaches_its_export(request, made_for, plan_name, target,
                                                                         policies) -> None:
-    """Per-op checkpointing never reaches Megatron or DeepSpeed, every-k never TorchTitan 0.3 or DeepSpeed: refused
+    """Per-op checkpointing never reaches Megatron or DeepSpeed, every-k never TorchTitan 0.3: refused
     with the framework's reason, or re-planned without it."""
     plan = request.getfixturevalue(made_for)[plan_name]
     with pytest.raises(UserError) as info:
