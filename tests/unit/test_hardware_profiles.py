@@ -17,7 +17,7 @@ LINKS = ["nvlink3", "nvlink4", "nvlink5", "pcie-gen4", "pcie-gen5", "ib-hdr", "i
          "roce-200g", "ethernet-100g", "loopback-gloo"]
 CLUSTERS = ["dgx-a100", "dgx-h100", "hgx-h200", "gb200-nvl72", "pcie-4xl40s", "selene", "hetero-a100-h100",
             "local-cpu", "dgx-h100-oversub", "mosaicml-a100-80gb", "mosaicml-a100-40gb", "ibm-a100-400g",
-            "ibm-h100-800g"]
+            "ibm-h100-800g", "hgx-h800"]
 
 
 def test_required_names_exist():
