@@ -54,8 +54,8 @@ def training_residuals(data: dict, gpu_name: str) -> tuple[pd.DataFrame, GemmFit
 def training_shape_report(data: dict, gpu_name: str) -> str:
     """The residuals of `training_residuals` by pass and by inner dimension K (see the module docstring)."""
     df, curve = training_residuals(data, gpu_name)
-    committed = hardware_profiles.gpu(gpu_name).matmul_efficiency
-    peak = hardware_profiles.gpu(gpu_name).peak_flops["bf16"]
+    gpu = hardware_profiles.gpu(gpu_name)
+    committed, peak = gpu.matmul_efficiency, gpu.peak_flops["bf16"]
     lines = [f"{data['device']} (torch {data['torch']}): {len(df)} training GEMMs of {len(data['training_gemm'])} timed",
              f"committed curve ({gpu_name}): max_fraction {committed.max_fraction:.3f}, half_flops {committed.half_flops:.3g}",
              f"refitted on these shapes:  max_fraction {curve.rate_flops / peak:.3f}, half_flops {curve.half_flops:.3g} "

@@ -31,12 +31,11 @@ from planner.layout.names import (
     ANY_FRAMEWORK,
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
-    RECOMPUTE_EVERY,
     RECOMPUTE_NAMES,
 )
 from planner.layout.rule import Columns, Facts, Rule
 from planner.layout.schedules import BY_CODE, SCHEDULES
-from planner.layout.table import FIELD_OF_COLUMN, layout_to_row
+from planner.layout.table import FIELD_OF_COLUMN, RECOMPUTE_EVERY_K, layout_to_row
 
 if TYPE_CHECKING:
     from planner.layout.layout import Layout
@@ -70,12 +69,8 @@ def _needs_v(sched: Any) -> np.ndarray:
     return _flag(sched, "virtual_stages")
 
 
-_EVERY_K = np.array([RECOMPUTE_EVERY.get(name, 0) for name in RECOMPUTE_NAMES], dtype=np.int64)
-"""By `rc` code: k of an every-k recompute policy (`names.RECOMPUTE_EVERY`), 0 for the others."""
-
-
 def _every(rc: Any) -> np.ndarray:
-    return _EVERY_K[np.asarray(rc)]
+    return RECOMPUTE_EVERY_K[np.asarray(rc)]
 
 
 GENERIC_RULES: tuple[Rule, ...] = (
@@ -164,7 +159,7 @@ GENERIC_RULES: tuple[Rule, ...] = (
     Rule("partial_recompute_divides_layers", ("rc",), ("num_layers",),
          lambda c, f: (_every(c["rc"]) == 0) | (f.num_layers % np.maximum(_every(c["rc"]), 1) == 0),
          lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]}: num_layers={f.num_layers} is not divisible by "
-         f"{_EVERY_K[r['rc']]}", "choose an every-k policy whose k divides the layers, or full",
+         f"{RECOMPUTE_EVERY_K[r['rc']]}", "choose an every-k policy whose k divides the layers, or full",
          "so that exactly 1/k of the layers are recomputed, as costed"),
     Rule("partial_recompute_one_layer_type", ("rc",), ("traits",),
          lambda c, f: (_every(c["rc"]) == 0) | ("dense_layers_between_moe" not in f.traits),

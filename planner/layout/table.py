@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner.layout.names import DEFAULT_MESH_AXES, RECOMPUTE_NAMES, full_recompute_share
+from planner.layout.names import DEFAULT_MESH_AXES, RECOMPUTE_EVERY, RECOMPUTE_NAMES, full_recompute_share
 from planner.layout.schedules import ScheduleCode, schedule
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ FIELD_OF_COLUMN: dict[str, str] = {
 }
 """`Layout` field behind each column (what messages and pins call it)."""
 
-__all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "FULL_RECOMPUTE_SHARE", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_NAMES", "SEARCHED_ORDERS",
+__all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "FULL_RECOMPUTE_SHARE", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_EVERY_K", "RECOMPUTE_NAMES", "SEARCHED_ORDERS",
            "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "mesh_strides", "row_at",
            "table_of"]
 
@@ -44,6 +44,8 @@ RecomputeCode = IntEnum("RecomputeCode", {name.upper().replace("-", "_"): code
 `names.RECOMPUTE_NAMES`)."""
 FULL_RECOMPUTE_SHARE = np.array([full_recompute_share(name) for name in RECOMPUTE_NAMES])
 """By `rc` code: the share of decoder layers recomputed whole from their input (`names.full_recompute_share`)."""
+RECOMPUTE_EVERY_K = np.array([RECOMPUTE_EVERY.get(name, 0) for name in RECOMPUTE_NAMES], dtype=np.int64)
+"""By `rc` code: k of an every-k recompute policy (`names.RECOMPUTE_EVERY`), 0 for the others."""
 
 SEARCHED_ORDERS: tuple[tuple[str, ...], ...] = (
     DEFAULT_MESH_AXES,  # PP outermost: DP groups stay near each other
