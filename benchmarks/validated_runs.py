@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from planner.cost.context import CostContext
-from planner.layout import SCHEDULE_NAMES
+from planner.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES
 from planner.solver.space import nvlink_domain_size
 from planner.validation.bands import band_among, band_for, deviation, gpu_family, run_features
 from planner.validation.records import ValidatedRun, write_validated_runs
@@ -38,7 +38,8 @@ def record(case_id: str, source: str, framework: str, ctx: CostContext, row: dic
         id=case_id, source=source, framework=framework, family=gpu_family(ctx.gpu.name),
         runtime=str(ctx.workload.runtime), gpus=gpus, nvlink_domain=nvlink_domain_size(ctx.cluster),
         tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]), zero=int(row["zero"]),
-        schedule=SCHEDULE_NAMES[int(row["sched"])] if row["pp"] > 1 else "1f1b", seq_len=int(ctx.workload.seq_len),
+        schedule=SCHEDULE_NAMES[int(row["sched"])] if row["pp"] > 1 else "1f1b",
+        recompute=RECOMPUTE_NAMES[int(row["rc"])], seq_len=int(ctx.workload.seq_len),
         dtype=ctx.workload.dtype, attention_kernel=ctx.workload.attention_kernel,
         moe=ctx.model.moe is not None, published_mfu=min(mfu, 1.0), error=(predicted_s - published_s) / published_s,
         held_out=source not in FITTED_SOURCES,

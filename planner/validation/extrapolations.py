@@ -11,6 +11,7 @@ lists, in words a user can act on, where it leaves that envelope:
 - CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached; CP in an MoE model
   with no validated MoE run using CP (expert groups are formed inside DP x CP, so EP then spans CP ranks);
 - expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
+- a recompute policy no validated run used (the every-k policies: every published run with them has other gaps);
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
 - FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
   kernel (Hopper), or FlashAttention-1 (flash1) on any GPU, with no validated run of that family using it;
@@ -106,6 +107,9 @@ def extrapolations(ctx, layout, mfu: float, runs=None) -> tuple[str, ...]:
     basis = _kernel_basis(ctx, kernel)
     if basis and ctx.flash_attention and not any(r.attention_kernel == kernel for r in same_family):
         out.append(f"attention kernel {kernel} on {name}: no validated run used it ({basis})")
+    if runs and not any(r.recompute == layout.recompute for r in runs):
+        out.append(f"recompute {layout.recompute}: no validated run used it (its share of recomputation is costed "
+                   "from the layer's own bytes and FLOPs)")
     if layout.zero == 3 and not any(r.zero == 3 for r in same_family):
         out.append(f"ZeRO-3/FSDP: no validated ZeRO-3 run on {name}")
     best = _best_mfu(same_family)

@@ -16,11 +16,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hardware_profiles.reader import InputFileError, read_json
-from planner.layout import Schedule
+from planner.layout import Recompute, Schedule
 from planner.layout.workload import AttentionKernel, DType
 
 DATA_FILE = Path(__file__).with_name("validated_runs.json")
-FILE_VERSION = 3
+FILE_VERSION = 4
 
 
 class _Frozen(BaseModel):
@@ -43,6 +43,8 @@ class ValidatedRun(_Frozen):
     ep: int = Field(ge=1)
     zero: int = Field(ge=0, le=3)
     schedule: Schedule = Field(description="Pipeline schedule (1f1b when pp == 1).")
+    recompute: Recompute = Field(description="Activation recomputation policy the run was costed with (the published "
+                                 "one, or the best the framework allows where the source does not state it).")
     seq_len: int = Field(ge=1, description="Tokens per sequence.")
     dtype: DType = Field(description="Training precision the run was costed with (Workload.dtype).")
     attention_kernel: AttentionKernel = Field(description="Fused attention kernel the run was costed with "

@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 def run(**kw) -> ValidatedRun:
     base = dict(id="r", source="s", framework="f", family="h100", runtime="megatron", gpus=512, nvlink_domain=8,
-                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", seq_len=4096, dtype="bf16", attention_kernel="auto", moe=False, published_mfu=0.45,
+                tp=8, pp=1, cp=1, ep=1, zero=1, schedule="1f1b", recompute="none", seq_len=4096, dtype="bf16", attention_kernel="auto", moe=False, published_mfu=0.45,
                 error=-0.05, held_out=True)
     return ValidatedRun(**{**base, **kw})
 
