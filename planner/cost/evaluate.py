@@ -28,6 +28,7 @@ from planner.cost.layer_costs import (
 )
 from planner.cost.partition import balanced_split
 from planner.layout.numeric import distinct_rows
+from planner.layout.table import even_split_rows
 
 __all__ = ["LAYER_COLUMNS", "FittingRows", "TableResult", "evaluate_again", "evaluate_fitting", "evaluate_table",
            "fitting_rows"]
@@ -129,9 +130,10 @@ def evaluate_again(ctx: CostContext, rows: FittingRows, at: np.ndarray, bw: comm
 
 def _mean_layer_ranks(ctx: CostContext, table: dict[str, np.ndarray], lc: LayerCosts):
     """The optimal mean-layer split in compact form: (split, layers, first, last, pipeline index, weight)
-    of four representative ranks per row (`cost.partition.balanced_split`)."""
+    of four representative ranks per row (`cost.partition.balanced_split`; even where `table.even_split_rows`)."""
     pp = table["pp"]
-    split = balanced_split(ctx.model.num_layers, pp, lc.u, lc.e_first, lc.e_last)
+    split = balanced_split(ctx.model.num_layers, pp, lc.u, lc.e_first, lc.e_last,
+                           even=even_split_rows(table["rc"], pp))
     single, trim = pp == 1, split.mid_trimmed
     # Columns: first rank, last rank, an untrimmed middle rank (the first after the trimmed ones), a trimmed
     # one (rank 1); the bottleneck is the first column with the largest time, as in rank order but with the

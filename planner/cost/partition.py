@@ -13,6 +13,11 @@ from rank 0, then the last rank.
 Layer types (dense vs MoE) enter through their mean time: exact for uniform layers. For models with several
 layer types and for heterogeneous clusters, the plan's partition is refined per type and per rank by the
 CP-SAT model in `planner.solver.partition_cpsat` (the search still ranks layouts with this mean-layer split).
+
+Rows marked `even` take the even split L/p on every rank instead: an every-k recompute policy with pipelining
+recomputes 1/k of every chunk's layers exactly when every chunk holds the same multiple of k layers (the layout
+rule `partial_recompute_even_chunks`; Megatron's `--recompute-method block` recomputes the same number of layers in
+every chunk, megatron/core/recompute.py at core_v0.19.0).
 """
 
 from __future__ import annotations
@@ -43,9 +48,19 @@ def _fit(T: np.ndarray, e: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.maximum(np.floor((T - e) / u + 1e-9), 0.0)
 
 
-def balanced_split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.ndarray, e_last: np.ndarray) -> StageSplit:
-    """Exact min-max contiguous split of `num_layers` identical layers with end-rank extras (see module doc)."""
+def balanced_split(num_layers: int, pp: np.ndarray, u: np.ndarray, e_first: np.ndarray, e_last: np.ndarray,
+                   even: np.ndarray | None = None) -> StageSplit:
+    """Exact min-max contiguous split of `num_layers` identical layers with end-rank extras (see module doc);
+    rows where `even` is set get num_layers / pp layers on every rank (pp divides num_layers there)."""
     pp, u, e_first, e_last = (np.asarray(x) for x in np.broadcast_arrays(pp, u, e_first, e_last))
+    if even is not None and np.any(even):
+        out = balanced_split(num_layers, pp, u, e_first, e_last)
+        even = np.broadcast_to(np.asarray(even, dtype=bool), pp.shape) & (pp > 1)
+        share = num_layers // np.maximum(pp, 1)
+        for arr in (out.n_first, out.n_mid, out.n_last):
+            arr[even] = share[even]
+        out.mid_trimmed[even] = 0
+        return out
     piped = np.nonzero(pp > 1)[0]
     if len(piped) < len(pp):  # one rank holds every layer: nothing to split (the search's pp = 1 rows)
         whole = np.full(len(pp), num_layers, dtype=np.int64)

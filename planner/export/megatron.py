@@ -153,8 +153,11 @@ def arguments(plan: Plan) -> tuple[list[str], list[str]]:
     elif lay.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif lay.recompute in RECOMPUTE_EVERY:
-        # The first num_layers/k layers recomputed whole (pp = 1 by the layout rules): the share every-k costs.
-        layers = str(m.num_layers // RECOMPUTE_EVERY[lay.recompute])
+        # The first 1/k of each model chunk's layers recomputed whole: the share every-k costs. The block method
+        # counts per chunk (megatron/core/recompute.py at core_v0.19.0: `layer_idx < recompute_num_layers` over
+        # the chunk's own layers), and the layout rules keep the chunks even (partial_recompute_even_chunks).
+        chunks = lay.pp * lay.virtual_stages
+        layers = str(m.num_layers // (chunks * RECOMPUTE_EVERY[lay.recompute]))
         args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", layers]
     if lay.zero >= 1:
         args.append("--use-distributed-optimizer")

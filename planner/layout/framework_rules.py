@@ -89,7 +89,7 @@ FEATURES: dict[str, Features] = {
                    "selective": "--recompute-granularity selective: the attention core (core_attn), as costed",
                    "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
                    **{name: f"--recompute-granularity full --recompute-method block --recompute-num-layers "
-                            f"num_layers/{k} (the first 1/{k} of the layers recomputed whole)"
+                            f"(layers per chunk)/{k}: the first 1/{k} of each model chunk's layers recomputed whole"
                       for name, k in RECOMPUTE_EVERY.items()}},
         missing={"recompute=op": "Megatron-LM has no per-op matmul checkpointing: --recompute-granularity selective "
                                  "recomputes whole modules (--recompute-modules), not every second matmul"},

@@ -31,6 +31,7 @@ from planner.layout.names import (
     ANY_FRAMEWORK,
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
+    RECOMPUTE_EVERY,
     RECOMPUTE_NAMES,
 )
 from planner.layout.rule import Columns, Facts, Rule
@@ -151,11 +152,16 @@ GENERIC_RULES: tuple[Rule, ...] = (
          "choose dp, micro_batch and num_microbatches whose product is the global batch",
          "every sequence of the step is trained exactly once"),
     # Partial recomputation (every k-th layer) is costed as 1/k of each rank's layers, each a mean layer.
-    Rule("partial_recompute_without_pipeline", ("rc", "pp"), (), lambda c, f: (_every(c["rc"]) == 0) | (c["pp"] == 1),
-         lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]} needs pp=1 (got pp={r['pp']})",
-         "use recompute full or none with pipeline parallelism, or pp=1",
-         "an every-k policy recomputes every k-th layer a rank runs; meshplan counts 1/k of each rank's layers, "
-         "which holds when every rank runs all the layers"),
+    Rule("partial_recompute_even_chunks", ("rc", "pp", "v"), ("num_layers",),
+         lambda c, f: (_every(c["rc"]) == 0) | (c["pp"] == 1)
+         | (f.num_layers % (c["pp"] * c["v"] * np.maximum(_every(c["rc"]), 1)) == 0),
+         lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]} with pp={r['pp']} x virtual_stages={r['v']}: "
+         f"num_layers={f.num_layers} is not divisible by pp*virtual_stages*k="
+         f"{r['pp'] * r['v'] * RECOMPUTE_EVERY_K[r['rc']]}",
+         "choose pp and virtual stages whose even chunks hold a multiple of k layers each, or recompute full or none",
+         "with pipeline parallelism an every-k policy recomputes 1/k of each model chunk's layers, as costed, when "
+         "the chunks are even and each holds a multiple of k layers (Megatron's --recompute-method block recomputes "
+         "the same number of layers in every chunk)"),
     Rule("partial_recompute_divides_layers", ("rc",), ("num_layers",),
          lambda c, f: (_every(c["rc"]) == 0) | (f.num_layers % np.maximum(_every(c["rc"]), 1) == 0),
          lambda r, f: f"recompute={RECOMPUTE_NAMES[r['rc']]}: num_layers={f.num_layers} is not divisible by "
@@ -289,12 +295,19 @@ def violations(layout: Layout, facts: Facts, framework: str = DEFAULT_FRAMEWORK,
     lp = layout.layer_partition
     if rules is None and facts.num_layers is not None and lp is not None and sum(lp) != facts.num_layers:
         out.append((PARTITION_RULE, f"layer_partition sums to {sum(lp)}, the model has {facts.num_layers} layers"))
+    if rules is None and lp is not None and layout.pp > 1 and layout.recompute in RECOMPUTE_EVERY and len(set(lp)) > 1:
+        out.append((EVEN_PARTITION_RULE, f"recompute={layout.recompute} with pp={layout.pp} needs the same layers in "
+                                         f"every chunk; layer_partition={list(lp)} is uneven"))
     return out
 
 
 PARTITION_RULE = Rule("partition_covers_layers", (), ("num_layers",), lambda c, f: True, lambda r, f: "",
                       "give one entry per chunk summing to num_layers", "every layer runs in exactly one chunk")
 """The layer partition (not a table column) covers every layer once: checked by `violations` on a `Layout`."""
+EVEN_PARTITION_RULE = Rule("partial_recompute_even_partition", (), (), lambda c, f: True, lambda r, f: "",
+                           "give every chunk the same number of layers, or recompute full or none",
+                           "an every-k policy with pipelining is costed for even chunks (partial_recompute_even_chunks)")
+"""An explicit layer partition under an every-k policy with pipelining is even: checked by `violations`."""
 
 
 def described(found: list[Violation]) -> str:

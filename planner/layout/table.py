@@ -33,7 +33,7 @@ FIELD_OF_COLUMN: dict[str, str] = {
 }
 """`Layout` field behind each column (what messages and pins call it)."""
 
-__all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "FULL_RECOMPUTE_SHARE", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_EVERY_K", "RECOMPUTE_NAMES", "SEARCHED_ORDERS",
+__all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "FULL_RECOMPUTE_SHARE", "MESH_ORDERS", "NUM_SEARCHED_ORDERS", "RECOMPUTE_EVERY_K", "RECOMPUTE_NAMES", "SEARCHED_ORDERS", "even_split_rows",
            "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "mesh_strides", "row_at",
            "table_of"]
 
@@ -46,6 +46,13 @@ FULL_RECOMPUTE_SHARE = np.array([full_recompute_share(name) for name in RECOMPUT
 """By `rc` code: the share of decoder layers recomputed whole from their input (`names.full_recompute_share`)."""
 RECOMPUTE_EVERY_K = np.array([RECOMPUTE_EVERY.get(name, 0) for name in RECOMPUTE_NAMES], dtype=np.int64)
 """By `rc` code: k of an every-k recompute policy (`names.RECOMPUTE_EVERY`), 0 for the others."""
+
+
+def even_split_rows(rc: Any, pp: Any) -> np.ndarray:
+    """Per row: True where the layers are split evenly over the pipeline ranks whatever the end ranks' extra work:
+    an every-k recompute policy with pipelining, whose chunks each hold the same multiple of k layers (the layout
+    rule `partial_recompute_even_chunks`, `cost.partition.balanced_split`)."""
+    return (RECOMPUTE_EVERY_K[np.asarray(rc)] > 0) & (np.asarray(pp) > 1)
 
 SEARCHED_ORDERS: tuple[tuple[str, ...], ...] = (
     DEFAULT_MESH_AXES,  # PP outermost: DP groups stay near each other

@@ -20,7 +20,9 @@ from planner.cost.context import CostContext
 from planner.cost.evaluate import TableResult
 from planner.cost.partition import chunk_partition
 from planner.cost.typed import RankCosts, counts_of, evaluate_partition, rank_costs
+from planner.layout.names import RECOMPUTE_NAMES
 from planner.layout.schedules import BY_CODE
+from planner.layout.table import even_split_rows
 from planner.solver.partition_cpsat import (
     PartitionInfeasibleError,
     PartitionProblem,
@@ -60,6 +62,10 @@ def refine(ctx: CostContext, row: dict[str, int], mean_rank_layers: list[int], *
     costs = rank_costs(ctx, row, bw)
     pp = row["pp"]
     hint = chunk_partition(mean_rank_layers, row["v"]) if pp > 1 else (ctx.model.num_layers,)
+    if chunks is None and pp > 1 and even_split_rows(row["rc"], pp):
+        note = (f"layer partition: recompute {RECOMPUTE_NAMES[row['rc']]} with pipelining keeps the even chunks "
+                f"{list(hint)} (each recomputes the same share of its layers)")
+        return Refinement(hint, _rank_layers(hint, pp), cost_partition(ctx, costs, hint), costs, (note,))
     if chunks is not None or pp == 1:
         chunks = tuple(chunks) if chunks is not None else hint
         return Refinement(chunks, _rank_layers(chunks, pp), cost_partition(ctx, costs, chunks), costs, ())

@@ -92,6 +92,9 @@ GROUPS: dict[int, list[dict]] = {
         _case("cp2", "tiny", cp=2, micro_batch=8),
         _case("pp2_gpipe", "tiny", pp=2, schedule="gpipe", micro_batch=2, num_microbatches=4),
         _case("pp2_1f1b", "tiny", pp=2, schedule="1f1b", micro_batch=2, num_microbatches=4),
+        # every-2 with pipelining: each stage's chunk of two layers recomputes its second (the even split the rules ask)
+        _case("pp2_1f1b_recompute_every2", "tiny", pp=2, schedule="1f1b", recompute="every-2", micro_batch=2,
+              num_microbatches=4),
         _case("pp2_interleaved_v2", "tiny", pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2,
               num_microbatches=4),
         _case("gpt_tp2_no_sp_tied", TINY_GPT, tp=2, micro_batch=8),

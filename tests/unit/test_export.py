@@ -73,6 +73,10 @@ def megatron() -> dict[str, Plan]:
         "instances": ev(Layout(dp=8, tp=2, num_microbatches=8, zero=1, dp_shard=4, sequence_parallel=True), "megatron"),
         "fsdp": ev(Layout(dp=16, num_microbatches=4, zero=3, dp_shard=16), "megatron"),
         "every2": ev(Layout(dp=16, num_microbatches=4, zero=1, dp_shard=16, recompute="every-2"), "megatron"),
+        # 8 even chunks of 4 layers: the block method recomputes the first 2 of each
+        "every2_interleaved": ev(Layout(dp=2, tp=2, pp=4, num_microbatches=32, schedule="interleaved",
+                                        virtual_stages=2, zero=1, dp_shard=2, sequence_parallel=True,
+                                        recompute="every-2"), "megatron"),
     }
 
 
@@ -221,7 +225,8 @@ def megatron_partition(args: dict, num_layers: int, pp: int) -> tuple[int, ...]:
     return (num_layers // pp,) * pp
 
 
-@pytest.mark.parametrize("name", ["dp_outer", "uneven_1f1b", "even_interleaved", "instances", "fsdp", "every2"])
+@pytest.mark.parametrize("name", ["dp_outer", "uneven_1f1b", "even_interleaved", "instances", "fsdp", "every2",
+                                  "every2_interleaved"])
 def test_megatron_args_name_the_layout(megatron, name: str) -> None:
     plan = megatron[name]
     lay = plan.layout
@@ -237,9 +242,10 @@ def test_megatron_args_name_the_layout(megatron, name: str) -> None:
     assert ("--sequence-parallel" in args) == lay.sequence_parallel
     assert ("--use-distributed-optimizer" in args) == (lay.zero >= 1)
     assert ("--use-megatron-fsdp" in args) == (lay.zero >= 2)
-    if lay.recompute in RECOMPUTE_EVERY:  # whole layers, the first num_layers/k of them (pp = 1)
+    if lay.recompute in RECOMPUTE_EVERY:  # whole layers: the first 1/k of each (even) model chunk's
         assert (args["--recompute-granularity"], args["--recompute-method"]) == ("full", "block")
-        assert int(args["--recompute-num-layers"]) * RECOMPUTE_EVERY[lay.recompute] == MODEL.num_layers
+        chunks = lay.partition(MODEL.num_layers)
+        assert all(int(args["--recompute-num-layers"]) * RECOMPUTE_EVERY[lay.recompute] == n for n in chunks)
     else:
         assert args.get("--recompute-granularity", "none") == lay.recompute
     assert args.get("--num-distributed-optimizer-instances", "1") == str(lay.dp_replicate if lay.zero else 1)

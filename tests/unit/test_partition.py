@@ -46,3 +46,14 @@ def test_chunk_partition_interleaves_ranks() -> None:
     # 2 ranks x 2 chunks: rank 0 holds chunks 0 and 2, rank 1 holds 1 and 3.
     assert chunk_partition([5, 4], 2) == (3, 2, 2, 2)
     assert sum(chunk_partition([7, 6, 6, 5], 3)) == 24
+
+
+def test_rows_marked_even_get_the_same_layers_on_every_rank_and_the_others_the_min_max_split() -> None:
+    pp = np.array([4, 4, 1, 2])
+    u, e0, el = np.ones(4), np.full(4, 3.0), np.full(4, 5.0)  # heavy end ranks: the min-max split trims them
+    even = np.array([True, False, True, True])
+    split = balanced_split(32, pp, u, e0, el, even=even)
+    plain = balanced_split(32, pp, u, e0, el)
+    assert split.counts(0, 4) == [8, 8, 8, 8] and split.counts(3, 2) == [16, 16]
+    assert split.counts(1, 4) == plain.counts(1, 4) != [8, 8, 8, 8]
+    assert split.counts(2, 1) == plain.counts(2, 1) == [32]
