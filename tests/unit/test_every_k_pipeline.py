@@ -67,3 +67,13 @@ def test_a_recompute_policy_no_validated_run_used_is_an_extrapolation() -> None:
     validated = next(iter(sorted(used)))
     plan = search(MODEL, CLUSTER, WORKLOAD, recompute=validated)[0]
     assert not any(e.startswith("recompute ") for e in plan.prediction.extrapolations)
+
+
+def test_the_per_rank_partition_search_keeps_the_even_chunks_on_mixed_gpus() -> None:
+    """On a cluster of two GPU kinds the partition is otherwise chosen rank by rank (CP-SAT); under every-k it stays
+    even, and the plan says why."""
+    cluster = hardware_profiles.cluster("hetero-a100-h100")
+    plan = search(MODEL, cluster, Workload(global_batch=512, seq_len=4096), pp=2, recompute="every-2")[0]
+    chunks = plan.layout.partition(MODEL.num_layers)
+    assert len(set(chunks)) == 1 and chunks[0] % 2 == 0, chunks
+    assert any(f"keeps the even chunks {list(chunks)}" in note for note in plan.notes)
