@@ -10,8 +10,8 @@ RECOMPUTE_EVERY: dict[str, int] = {"every-2": 2, "every-3": 3, "every-4": 4}
 """Partial recomputation: policy name -> k, every k-th decoder layer recomputed from its input (as under "full")
 and the others keeping all their activations. TorchTitan 0.2's layer-wise selective AC (`selective_ac_option = "k"`:
 its checkpoint wrapper goes on every k-th TransformerBlock), Megatron's `--recompute-method block
---recompute-num-layers N` (the first N of each model chunk's layers, N = its layers / k) and IBM fms-fsdp's `selective_checkpointing = k`
-recompute the same share. The k offered are the ones that trade memory for time in steps a search can use;
+--recompute-num-layers N` (the first N of each model chunk's layers, N = its layers / k) and IBM fms-fsdp's
+`selective_checkpointing = k` recompute the same share. The k offered are the ones that trade memory for time in steps a search can use;
 the layout rules say where each applies."""
 
 

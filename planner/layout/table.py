@@ -54,6 +54,7 @@ def even_split_rows(rc: Any, pp: Any) -> np.ndarray:
     rule `partial_recompute_even_chunks`, `cost.partition.balanced_split`)."""
     return (RECOMPUTE_EVERY_K[np.asarray(rc)] > 0) & (np.asarray(pp) > 1)
 
+
 SEARCHED_ORDERS: tuple[tuple[str, ...], ...] = (
     DEFAULT_MESH_AXES,  # PP outermost: DP groups stay near each other
     ("dp_replicate", "dp_shard", "pp", "cp", "tp"),  # DP outermost: pipeline neighbours share hosts

@@ -11,7 +11,8 @@ lists, in words a user can act on, where it leaves that envelope:
 - CP at a degree, or at as few tokens per CP rank (within 2x), that no validated run reached; CP in an MoE model
   with no validated MoE run using CP (expert groups are formed inside DP x CP, so EP then spans CP ranks);
 - expert parallelism without a validated MoE run with EP, or beyond the largest validated EP;
-- a recompute policy no validated run used (the every-k policies: every published run with them has other gaps);
+- a recompute policy no validated run used (op and the every-k policies: the published runs with them all have
+  other gaps);
 - ZeRO-3/FSDP with no validated ZeRO-3 run on the GPU family;
 - FlashAttention-2 (`Workload.attention_kernel` flash2) on a GPU whose profile times it apart from its fastest
   kernel (Hopper), or FlashAttention-1 (flash1) on any GPU, with no validated run of that family using it;
