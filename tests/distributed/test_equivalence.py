@@ -66,6 +66,8 @@ from planner.layout import Layout
 pytestmark = pytest.mark.distributed
 
 OPTIMIZER_MEMORY_RTOL = {False: 1e-4, True: 1e-2}  # keyed by "has TP"
+TINY_8_LAYERS: dict[str, Any] = {**model_spec("tiny").model_dump(mode="json"), "name": "tiny-8", "num_layers": 8}
+"""tiny with 8 layers: 4 chunks of 2 under pp2 x v2, so an every-2 policy recomputes one layer per chunk."""
 
 
 def _case(name: str, model: str | dict, **layout: Any) -> dict:
@@ -134,6 +136,8 @@ GROUPS: dict[int, list[dict]] = {
               num_microbatches=4),
         _case("interleaved_pp2_dp2_fsdp", "tiny", pp=2, dp=2, zero=3, dp_shard=2, schedule="interleaved",
               virtual_stages=2, micro_batch=1, num_microbatches=4),
+        _case("interleaved_pp2_v2_dp2_recompute_every2", TINY_8_LAYERS, pp=2, dp=2, zero=3, dp_shard=2,
+              schedule="interleaved", virtual_stages=2, recompute="every-2", micro_batch=1, num_microbatches=4),
         _case("1f1b_pp2_dp2_ddp", "tiny", pp=2, dp=2, zero=0, schedule="1f1b", micro_batch=1, num_microbatches=4),
         _steered("moe_ep4_fsdp", TINY_MOE_STEERED, dp=4, ep=4, zero=3, dp_shard=4, micro_batch=1,
                  num_microbatches=2),
