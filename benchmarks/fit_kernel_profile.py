@@ -25,6 +25,7 @@ import pandas as pd
 
 import hardware_profiles
 from planner.calibration.fit import GemmFit, fit_affine, fit_gemm
+from planner.cost.efficiency import gemm_time_s
 
 SMALLEST_GEMM_FLOPS = 2.0**31
 
@@ -45,8 +46,10 @@ def training_residuals(data: dict, gpu_name: str) -> tuple[pd.DataFrame, GemmFit
         raise ValueError("no training GEMM of 2^31 FLOP or more in the file")
     curve = fit_gemm(list(df["flops"]), list(df["time_s"]))
     committed = gpu.matmul_efficiency
-    df["committed_pct"] = 100 * ((df["flops"] + committed.half_flops) / (peak * committed.max_fraction) / df["time_s"] - 1)
-    df["refit_pct"] = 100 * ((df["flops"] + curve.half_flops) / curve.rate_flops / df["time_s"] - 1)
+    flops = df["flops"].to_numpy()
+    committed_s = gemm_time_s(flops, peak, committed.max_fraction, committed.half_flops)
+    df["committed_pct"] = 100 * (committed_s / df["time_s"] - 1)
+    df["refit_pct"] = 100 * (gemm_time_s(flops, curve.rate_flops, 1.0, curve.half_flops) / df["time_s"] - 1)
     df["k_band"] = pd.cut(df["k"], K_BANDS, right=False, labels=K_BAND_LABELS)
     return df, curve
 

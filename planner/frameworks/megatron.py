@@ -8,7 +8,8 @@ layers must be the same" under pp > 1, i.e. edp == dp, i.e. cp == ep; num_distri
 must divide dp*cp and edp); megatron/training/arguments.py (--recompute-granularity selective recomputes
 the attention core, core_attn, as Korthikanti et al. 2022; --recompute-method block "will recompute the input
 activations for only a set number of transformer layers per pipeline stage" (transformer_config.py
-recompute_method), which with --recompute-num-layers num_layers/k and one stage is the plan's every-k; schedules: 1F1B and interleaved 1F1B only;
+recompute_method), counted per model chunk: with --recompute-num-layers (layers per chunk)/k and even chunks it is
+the plan's every-k; schedules: 1F1B and interleaved 1F1B only;
 --use-distributed-optimizer shards the optimizer over dp x cp; Megatron-FSDP for ZeRO-2/3; --cp-comm-type
 p2p, the default, is the ring attention the megatron runtime costs; --tp-comm-overlap "can happen only when
 sequence parallelism is enabled"; --overlap-p2p-communication is on unless --no-overlap-p2p-communication). The rules read from them (megatron.dp-outer-order,

@@ -11,8 +11,8 @@ RECOMPUTE_EVERY: dict[str, int] = {"every-2": 2, "every-3": 3, "every-4": 4}
 and the others keeping all their activations. TorchTitan 0.2's layer-wise selective AC (`selective_ac_option = "k"`:
 its checkpoint wrapper goes on every k-th TransformerBlock), Megatron's `--recompute-method block
 --recompute-num-layers N` (the first N of each model chunk's layers, N = its layers / k) and IBM fms-fsdp's
-`selective_checkpointing = k` recompute the same share. The k offered are the ones that trade memory for time in steps a search can use;
-the layout rules say where each applies."""
+`selective_checkpointing = k` recompute the same share. The k offered are the ones that trade memory for time in
+steps a search can use; the layout rules say where each applies."""
 
 
 def ordinal(k: int) -> str:
@@ -33,6 +33,11 @@ RECOMPUTE_MEANINGS: dict[str, str] = {
     **{name: f"every {ordinal(k)} decoder layer recomputed from its input, the others keep all their activations"
        for name, k in RECOMPUTE_EVERY.items()},
 }
+"""One line per policy (CLI help, docs). `op` follows TorchTitan's `selective_ac_option = "op"`
+(torchtitan/distributed/activation_checkpoint.py, `_save_list` and the custom policy): inside each decoder
+layer the outputs of aten.mm, the SDPA kernels, c10d reduce_scatter_tensor and aten.max are saved, except every
+second aten.mm counted in the layer's forward (and counted the same way in the recompute); every other op is
+recomputed. Which matmuls are recomputed follows the order the layer calls them (executor.ac)."""
 
 
 def recomputes_layer_whole(policy: str, index: int) -> bool:
@@ -50,11 +55,7 @@ def full_recompute_share(policy: str) -> float:
     if policy == "full":
         return 1.0
     return 1.0 / RECOMPUTE_EVERY[policy] if policy in RECOMPUTE_EVERY else 0.0
-"""One line per policy (CLI help, docs). `op` follows TorchTitan's `selective_ac_option = "op"`
-(torchtitan/distributed/activation_checkpoint.py, `_save_list` and the custom policy): inside each decoder
-layer the outputs of aten.mm, the SDPA kernels, c10d reduce_scatter_tensor and aten.max are saved, except every
-second aten.mm counted in the layer's forward (and counted the same way in the recompute); every other op is
-recomputed. Which matmuls are recomputed follows the order the layer calls them (executor.ac)."""
+
 
 DEFAULT_MESH_AXES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """Mesh axes, outermost first: TP varies fastest (consecutive ranks, inside an NVLink domain), PP slowest."""
