@@ -165,17 +165,12 @@ def _attention_bias(cfg: _Config) -> tuple[bool, bool]:
     return attn, attn
 
 
-def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
-    mt = cfg.data["model_type"]
-    heads = cfg.req("num_attention_heads")
-    _require_act(cfg, "hidden_act", ("silu",), "silu")
-    qkv_bias, linear_bias = (True, False) if mt == "qwen2" else _attention_bias(cfg)
-    fields: dict[str, Any] = {
+def _swiglu_rope_decoder(cfg: _Config) -> dict[str, Any]:
+    """The fields Llama-family and DeepSeek configs spell alike: a pre-norm RMSNorm decoder with a SwiGLU MLP and
+    RoPE, whose sizes sit under the same Hugging Face keys. One home, so the two importers cannot drift."""
+    return {
         "num_layers": cfg.req("num_hidden_layers"),
         "hidden_size": cfg.req("hidden_size"),
-        "num_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads", heads),
-        "head_dim": cfg.get("head_dim", None),
         "ffn_hidden_size": cfg.req("intermediate_size"),
         "vocab_size": cfg.req("vocab_size"),
         "max_seq_len": cfg.req("max_position_embeddings"),
@@ -184,6 +179,19 @@ def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         "position": "rope",
         "rope_theta": cfg.get("rope_theta", 10000.0),
         "tied_embeddings": cfg.flag("tie_word_embeddings", False),
+    }
+
+
+def _llama_like(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
+    mt = cfg.data["model_type"]
+    heads = cfg.req("num_attention_heads")
+    _require_act(cfg, "hidden_act", ("silu",), "silu")
+    qkv_bias, linear_bias = (True, False) if mt == "qwen2" else _attention_bias(cfg)
+    fields: dict[str, Any] = {
+        **_swiglu_rope_decoder(cfg),
+        "num_heads": heads,
+        "num_kv_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": cfg.get("head_dim", None),
         "qkv_bias": qkv_bias,
         "linear_bias": linear_bias,
     }
@@ -260,19 +268,10 @@ def _deepseek_v3(cfg: _Config) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"num_nextn_predict_layers={mtp} multi-token-prediction module excluded")
     q_lora = cfg.data.get("q_lora_rank")  # null means no query compression (DeepSeek-V2-Lite)
     return {
-        "num_layers": cfg.req("num_hidden_layers"),
-        "hidden_size": cfg.req("hidden_size"),
+        **_swiglu_rope_decoder(cfg),
         "num_heads": heads,
         "num_kv_heads": heads,
         "head_dim": cfg.req("qk_nope_head_dim") + cfg.req("qk_rope_head_dim"),
-        "ffn_hidden_size": cfg.req("intermediate_size"),
-        "vocab_size": cfg.req("vocab_size"),
-        "max_seq_len": cfg.req("max_position_embeddings"),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-        "position": "rope",
-        "rope_theta": cfg.get("rope_theta", 10000.0),
-        "tied_embeddings": cfg.flag("tie_word_embeddings", False),
         "attention": "mla",
         "mla": {
             "q_lora_rank": q_lora,
