@@ -6,8 +6,7 @@ The cost model times a GEMM of F FLOP as (F + half_flops) / (peak * max_fraction
 plateau max_fraction stays the profile's measured MAMF (0.869 of 312 TFLOP/s, stas00/ml-engineering); this script
 fits only the knee to published per-size throughputs, with the same selection rule as
 benchmarks/fit_kernel_profile.py (every GEMM of at least 2^31 FLOP, i.e. 1024^3 and up) and the same relative least
-squares (every point counts by its relative error). With the rate R fixed, the best knee has a closed form:
-minimising sum(((F + h) / (R t) - 1)^2) over h gives h = sum(x (1 - F x)) / sum(x^2) with x = 1 / (R t).
+squares (every point counts by its relative error), the rate held fixed (planner.calibration.fit.fit_gemm_knee).
 
 ADOPTED data (the fit that goes into hardware_profiles/data/gpus/a100-*.yaml): cuBLAS fp16, square M = N = K,
 printed by Triton's matrix-multiplication tutorial (python/tutorials/03-matrix-multiplication.py: torch.matmul timed
@@ -34,6 +33,7 @@ import numpy as np
 from fit_kernel_profile import SMALLEST_GEMM_FLOPS  # the same cut as the H200 fit (a sibling script)
 
 import hardware_profiles
+from planner.calibration.fit import fit_gemm_knee
 
 # (n for M = N = K = n, cuBLAS TFLOP/s) verbatim from triton-lang/triton#3551, "matmul-performance-fp16" table.
 CUBLAS_A100_TRITON_3551 = [
@@ -57,12 +57,6 @@ TRITON_A100_THRESHOLDS = {
 }
 
 
-def knee_at_rate(flops: np.ndarray, times_s: np.ndarray, rate_flops: float) -> float:
-    """half_flops minimising the relative error of (F + h) / rate against the measured times (rate held fixed)."""
-    x = 1.0 / (rate_flops * np.asarray(times_s, dtype=float))
-    return float(np.sum(x * (1.0 - np.asarray(flops, dtype=float) * x)) / np.sum(x * x))
-
-
 def _square(points: list[tuple[int, float]], tflops: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(FLOPs, throughput FLOP/s) of the square GEMMs at or above the fit's smallest size."""
     rows = [(2.0 * n**3, v * 1e12 if tflops else v) for n, v in points if 2.0 * n**3 >= SMALLEST_GEMM_FLOPS]
@@ -74,7 +68,7 @@ def fit_adopted(max_fraction: float, peak_flops: float) -> tuple[float, np.ndarr
     flops, achieved = _square(CUBLAS_A100_TRITON_3551)
     times = flops / achieved
     rate = peak_flops * max_fraction
-    half = knee_at_rate(flops, times, rate)
+    half = fit_gemm_knee(flops, times, rate)
     return half, flops, times, ((flops + half) / rate - times) / times
 
 
@@ -104,7 +98,7 @@ def main() -> None:
         fl, util = _square(pts, tflops=False)
         # Fraction space: a utilisation u at F means time F / (u P) at the clock's peak P; the knee in FLOP is the
         # same at any clock, so P drops out of h.
-        h = knee_at_rate(fl, fl / util, mf)
+        h = fit_gemm_knee(fl, fl / util, mf)
         print(f"CHECK    Triton A100 thresholds ({label}): half_flops {h:.3g} at max_fraction {mf}")
 
 

@@ -71,6 +71,16 @@ def fit_gemm(flops: list[float], times_s: list[float]) -> GemmFit:
     return GemmFit(1.0 / fit.slope, fit.intercept / fit.slope, fit.rms_rel_error, len(flops))
 
 
+def fit_gemm_knee(flops: np.ndarray | list[float], times_s: np.ndarray | list[float], rate_flops: float) -> float:
+    """half_flops minimising the relative error of (F + h) / rate against the times, the plateau rate held fixed.
+
+    For a GPU whose plateau comes from a separate measurement (a MAMF sweep over large shapes), only the knee is
+    fitted to per-size timings. The closed form: minimising sum(((F + h) / (R t) - 1)^2) over h gives
+    h = sum(x (1 - F x)) / sum(x^2) with x = 1 / (R t)."""
+    x = 1.0 / (float(rate_flops) * np.asarray(times_s, dtype=float))
+    return float(np.sum(x * (1.0 - np.asarray(flops, dtype=float) * x)) / np.sum(x * x))
+
+
 @dataclass(frozen=True)
 class CollectiveFit:
     """One (kind, group size): time(S) = latency_s + bytes_factor(kind, n) * S / bus_bandwidth_Bps."""

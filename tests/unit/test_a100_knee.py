@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hardware_profiles
+from planner.calibration.fit import fit_gemm_knee
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -24,9 +25,7 @@ def test_profiles_hold_the_fitted_knee():
     assert np.sqrt(np.mean(res**2)) < 0.10
 
 
-def test_knee_at_rate_recovers_an_exact_curve():
-    import fit_a100_knee
-
+def test_knee_fit_recovers_an_exact_curve():
     flops = np.array([2e9, 2e10, 2e11])
     rate, half = 2.5e14, 4e9
-    assert fit_a100_knee.knee_at_rate(flops, (flops + half) / rate, rate) == pytest.approx(half, rel=1e-9)
+    assert fit_gemm_knee(flops, (flops + half) / rate, rate) == pytest.approx(half, rel=1e-9)
