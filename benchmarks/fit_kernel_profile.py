@@ -51,6 +51,11 @@ def training_residuals(data: dict, gpu_name: str) -> tuple[pd.DataFrame, GemmFit
     df["committed_pct"] = 100 * (committed_s / df["time_s"] - 1)
     df["refit_pct"] = 100 * (gemm_time_s(flops, curve.rate_flops, 1.0, curve.half_flops) / df["time_s"] - 1)
     df["k_band"] = pd.cut(df["k"], K_BANDS, right=False, labels=K_BAND_LABELS)
+    if "reference_time_s" in df:
+        # The reference cube timed before each shape (measure_kernels.py): each time scaled to the first
+        # reference's speed, so a GPU slowing down over the run is not read as a shape effect.
+        scale = df["reference_time_s"].iloc[0] / df["reference_time_s"]
+        df["drift_free_pct"] = 100 * (committed_s / (df["time_s"] * scale) - 1)
     return df, curve
 
 
@@ -64,8 +69,16 @@ def training_shape_report(data: dict, gpu_name: str) -> str:
              f"refitted on these shapes:  max_fraction {curve.rate_flops / peak:.3f}, half_flops {curve.half_flops:.3g} "
              f"(rms relative error {100 * curve.rms_rel_error:.1f} %)",
              "predicted / measured - 1, per cent (negative: the curve times the GEMM faster than it ran):"]
+    columns = ["committed_pct", "refit_pct"]
+    if "drift_free_pct" in df:
+        ref = data["reference"]
+        rate = ref["flops"] / df["reference_time_s"] / 1e12
+        lines.append(f"reference {ref['m']}^3 timed before each shape: {rate.iloc[0]:.0f} TFLOP/s first, "
+                     f"{rate.min():.0f}-{rate.max():.0f} over the run, {rate.iloc[-1]:.0f} last "
+                     "(drift_free_pct: the committed curve against times scaled to the first reference)")
+        columns.append("drift_free_pct")
     for by in ("pass", "k_band"):
-        table = df.groupby(by, observed=True)[["committed_pct", "refit_pct"]].agg(["count", "mean", "min", "max"])
+        table = df.groupby(by, observed=True)[columns].agg(["count", "mean", "min", "max"])
         lines.append(table.round(1).to_string())
     return "\n".join(lines)
 

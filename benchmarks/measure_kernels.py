@@ -15,8 +15,12 @@ Needs a CUDA GPU; uses only torch.
 
 times instead every per-rank GEMM of the validated published runs (benchmarks/training_gemm_shapes.py: forward,
 input-gradient and weight-gradient passes, operands stored as nn.Linear stores them), in the file's order (most
-shared first), the best of 5 bursts of 5 calls each. OUT.json is rewritten after every shape, so a run stopped by
---budget-s or a time limit keeps what it timed. --device cpu with --limit is a smoke test of the harness itself.
+shared first), the best of 5 bursts of 5 calls each. Before every shape it times a reference GEMM, the
+--reference cube (4096^3 by default), the same way: a GPU that warms up and lowers its clocks over the run shows
+as a slower reference, so a shape effect and a drift in time cannot be mistaken for each other (two harnesses
+disagree on whether training shapes run below 4096^3; docs/cost_sources.md, GEMM shape). OUT.json is rewritten
+after every shape, so a run stopped by --budget-s or a time limit keeps what it timed. --device cpu with --limit
+(and a small --reference) is a smoke test of the harness itself.
 """
 
 from __future__ import annotations
@@ -65,22 +69,26 @@ def pass_operands(step: str, m: int, k: int, n: int, device: str) -> tuple[torch
     raise ValueError(f"pass {step!r} is not one of fwd, dgrad, wgrad")
 
 
-def measure_training_shapes(path: Path, out: Path | None, device: str, budget_s: float, limit: int | None) -> dict:
-    """Time every shape of a training_gemm_shapes.py file (see the module docstring); `out` is rewritten after
-    each shape so a cut-short run keeps its measurements."""
+def measure_training_shapes(path: Path, out: Path | None, device: str, budget_s: float, limit: int | None,
+                            reference: int = 4096) -> dict:
+    """Time every shape of a training_gemm_shapes.py file, each after the `reference` cube (see the module
+    docstring); `out` is rewritten after each shape so a cut-short run keeps its measurements."""
     shapes = json.loads(path.read_text())["shapes"][:limit]
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    ref_a, ref_b = pass_operands("dgrad", reference, reference, reference, device)  # plain row-major A @ B
     result = {"device": name, "torch": torch.__version__, "shapes_file": str(path), "timing": "best of 5 bursts of 5",
+              "reference": {"m": reference, "k": reference, "n": reference, "flops": 2.0 * reference**3},
               "training_gemm": []}
     start = time.perf_counter()
     for shape in shapes:
         if time.perf_counter() - start > budget_s:
             result["stopped"] = f"budget of {budget_s:.0f} s spent after {len(result['training_gemm'])} shapes"
             break
+        ref_s = best_s(lambda: ref_a @ ref_b, bursts=5, calls=5, device=device)
         a, b = pass_operands(shape["pass"], shape["m"], shape["k"], shape["n"], device)
         t = best_s(lambda a=a, b=b: a @ b, bursts=5, calls=5, device=device)
         result["training_gemm"].append({key: shape[key] for key in ("pass", "m", "k", "n", "count", "flops")}
-                                       | {"time_s": t})
+                                       | {"time_s": t, "reference_time_s": ref_s})
         del a, b
         if out is not None:
             out.write_text(json.dumps(result, indent=1))
@@ -123,10 +131,11 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop timing shapes after this long")
     ap.add_argument("--limit", type=int, help="time only the first N shapes")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the harness")
+    ap.add_argument("--reference", type=int, default=4096, help="side of the cube timed before every --shapes shape")
     args = ap.parse_args()
     if args.shapes is not None:
         done = measure_training_shapes(args.shapes, Path(args.json) if args.json else None, args.device,
-                                       args.budget_s, args.limit)
+                                       args.budget_s, args.limit, args.reference)
         for g in done["training_gemm"]:
             print(f"{g['pass']:5s} {g['m']:6d} x {g['k']:6d} x {g['n']:6d}: {g['flops'] / g['time_s'] / 1e12:7.1f} TFLOP/s")
         print(done.get("stopped", f"timed all {len(done['training_gemm'])} shapes"))

@@ -77,13 +77,34 @@ def test_the_harness_times_a_shape_file_on_cpu_and_keeps_partial_results(tmp_pat
     shapes.write_text(json.dumps({"shapes": rows}))
     out = tmp_path / "timed.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "measure_kernels.py"), "--shapes", str(shapes),
-                           "--json", str(out), "--device", "cpu", "--limit", "2"],
+                           "--json", str(out), "--device", "cpu", "--limit", "2", "--reference", "64"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    timed = json.loads(out.read_text())["training_gemm"]
+    result = json.loads(out.read_text())
+    timed = result["training_gemm"]
     assert [t["pass"] for t in timed] == ["fwd", "dgrad"]
-    assert all(t["time_s"] > 0 for t in timed)
+    assert all(t["time_s"] > 0 and t["reference_time_s"] > 0 for t in timed)
+    assert result["reference"] == {"m": 64, "k": 64, "n": 64, "flops": 2.0 * 64**3}
     assert "timed all 2 shapes" in done.stdout
+
+
+def test_the_fit_report_scales_out_a_gpu_slowing_down_over_the_run() -> None:
+    """Shapes timed on the FLOP-only curve itself, but by a GPU 20 % slower from the middle of the run on (its
+    reference cube slower by the same factor): the raw residuals show the slowdown, the drift-free ones do not."""
+    import fit_kernel_profile
+
+    peak = 989.4e12
+    shapes = json.loads(tgs.OUT.read_text())["shapes"][:40]
+    rows = []
+    for i, s in enumerate(shapes):
+        slow = 1.2 if i >= 20 else 1.0
+        rows.append(dict(s, time_s=(s["flops"] + 5.85e9) / (peak * 0.724) * slow, reference_time_s=1e-4 * slow))
+    data = {"device": "synthetic", "torch": "-", "reference": {"m": 4096, "k": 4096, "n": 4096,
+                                                                "flops": 2.0 * 4096**3}, "training_gemm": rows}
+    df, _ = fit_kernel_profile.training_residuals(data, "h200")
+    assert df["committed_pct"].min() < -15
+    assert df["drift_free_pct"].abs().max() < 1e-9
+    assert "drift_free_pct" in fit_kernel_profile.training_shape_report(data, "h200")
 
 
 def test_the_fit_report_shows_a_shape_effect_the_flop_only_curve_misses() -> None:
