@@ -11,8 +11,9 @@ least squares over every GEMM of at least 2^31 FLOP (fit_kernel_profile.SMALLEST
 (planner.calibration.fit.fit_gemm_knee).
 
 ADOPTED: the knee of the Blackwell profiles (b200, gb200), whose half_flops was an estimate (a fixed 4 us per
-GEMM). The table's key is the architecture, sm_100, which both parts are; it names no SKU, clock or library
-version (LESS SURE for either part).
+GEMM). The rows are a B200's: the table keys them sm_100, and a later copy of it (ROCm/xla at 63ce2981) keys the
+same values sm_100_B200. GB200 takes the same fit at its own plateau (LESS SURE: its die runs at a higher power
+limit). The table states no clock, library version or input data.
 
 CROSS-CHECKS (printed, not fitted into any profile):
 - sm_90 against the Hopper curve measured on our H200 (h100-sxm, h200, h800 share it): the committed curve's
