@@ -11,9 +11,11 @@ least squares over every GEMM of at least 2^31 FLOP (fit_kernel_profile.SMALLEST
 (planner.calibration.fit.fit_gemm_knee).
 
 ADOPTED: the knee of the Blackwell profiles (b200, gb200), whose half_flops was an estimate (a fixed 4 us per
-GEMM). The rows are a B200's: the table keys them sm_100, and a later copy of it (ROCm/xla at 63ce2981) keys the
-same values sm_100_B200. GB200 takes the same fit at its own plateau (LESS SURE: its die runs at a higher power
-limit). The table states no clock, library version or input data.
+GEMM). The rows are a B200's and the sm_90 rows an H100's: they entered the table in OpenXLA 71feeddf ("Update
+latency hiding scheduler cost models for B200/H100 FP8 matmul"), and later revisions key the sm_100 rows
+sm_100_B200. GB200 takes the same fit at its own plateau (LESS SURE: its die runs at a higher power limit). Each
+time is one GEMM kernel's device time (the profiler's kernel tracer, median of 5 runs, random inputs), so the
+table sees boost clocks, not a GPU under sustained load.
 
 CROSS-CHECKS (printed, not fitted into any profile):
 - sm_90 against the Hopper curve measured on our H200 (h100-sxm, h200, h800 share it): the committed curve's
