@@ -46,7 +46,7 @@ def _kernel_basis(ctx, kernel: str) -> str | None:
     if kernel == "flash1":
         return "its speed is FlashAttention-2's over the published speedup of FlashAttention-2 over it"
     if kernel == "flash2" and getattr(ctx.gpu, "attention_efficiency_flash2", None):
-        return "its speed there is one published forward benchmark's ratio to the measured kernel"
+        return "its speed there is one published kernel benchmark at one shape, not a training run"
     return None
 
 
