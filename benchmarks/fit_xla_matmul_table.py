@@ -46,9 +46,10 @@ HOPPER_PROFILE = "h100-sxm"
 
 
 def load_table(path: Path = DATA) -> pd.DataFrame:
-    """The table's rows with their FLOPs `F` (2 b m n k) and measured seconds `t`."""
+    """The table's rows with their FLOPs `F` (2 b m n k) and measured seconds `t`; its source in `attrs`."""
     doc = json.loads(path.read_text())
     df = pd.DataFrame(doc["rows"], columns=doc["columns"])
+    df.attrs["source"] = doc["source"]
     df["F"] = 2.0 * df["b"] * df["m"] * df["n"] * df["k"]
     df["t"] = df["F"] / df["flops_per_s"]
     return df
@@ -65,8 +66,9 @@ def knee_at_profile_plateau(df: pd.DataFrame, gpu_name: str, arch: str) -> tuple
     gpu = hardware_profiles.gpu(gpu_name)
     rate = gpu.peak_flops["bf16"] * gpu.matmul_efficiency.max_fraction
     rows = fitted_rows(df, arch)
-    half = fit_gemm_knee(rows["F"].to_numpy(), rows["t"].to_numpy(), rate)
-    return half, ((rows["F"] + half) / rate / rows["t"] - 1.0).to_numpy()
+    flops, times = rows["F"].to_numpy(), rows["t"].to_numpy()
+    half = fit_gemm_knee(flops, times, rate)
+    return half, gemm_time_s(flops, rate, 1.0, half) / times - 1.0
 
 
 def _stats(res: np.ndarray) -> str:
@@ -115,7 +117,7 @@ def report_inner_dimension(df: pd.DataFrame) -> list[str]:
     for arch in ("sm_90", "sm_100"):
         rows = fitted_rows(df, arch).copy()
         free = fit_gemm(list(rows["F"]), list(rows["t"]))
-        rows["res"] = 100 * ((rows["F"] + free.half_flops) / free.rate_flops / rows["t"] - 1)
+        rows["res"] = 100 * (gemm_time_s(rows["F"].to_numpy(), free.rate_flops, 1.0, free.half_flops) / rows["t"] - 1)
         by_k = rows.groupby("k")["res"].mean()
         lines.append(f"         {arch}: " + ", ".join(f"k {k} {v:+.1f} %" for k, v in by_k.items()))
     return lines
@@ -123,8 +125,7 @@ def report_inner_dimension(df: pd.DataFrame) -> list[str]:
 
 def main() -> None:
     df = load_table()
-    doc = json.loads(DATA.read_text())
-    print(f"{doc['source']}\n{len(df)} rows: " + ", ".join(f"{a} {n}" for a, n in df["arch"].value_counts().items()))
+    print(f"{df.attrs['source']}\n{len(df)} rows: " + ", ".join(f"{a} {n}" for a, n in df["arch"].value_counts().items()))
     for line in report_adopted(df) + report_hopper(df) + report_inner_dimension(df):
         print(line)
 

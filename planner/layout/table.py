@@ -34,8 +34,8 @@ FIELD_OF_COLUMN: dict[str, str] = {
 """`Layout` field behind each column (what messages and pins call it)."""
 
 __all__ = ["COLUMNS", "DEFAULT_MESH_AXES", "FULL_RECOMPUTE_SHARE", "MESH_ORDERS", "NUM_SEARCHED_ORDERS",
-           "RECOMPUTE_EVERY_K", "RECOMPUTE_NAMES", "SEARCHED_ORDERS", "even_split_rows", "RecomputeCode", "ScheduleCode", "axis_sizes", "axis_strides", "layout_to_row", "mesh_strides", "row_at",
-           "table_of"]
+           "RECOMPUTE_EVERY_K", "RECOMPUTE_NAMES", "SEARCHED_ORDERS", "RecomputeCode", "ScheduleCode", "axis_sizes",
+           "axis_strides", "even_split_rows", "layout_to_row", "mesh_strides", "row_at", "table_of"]
 
 
 RecomputeCode = IntEnum("RecomputeCode", {name.upper().replace("-", "_"): code

@@ -62,13 +62,14 @@ def refine(ctx: CostContext, row: dict[str, int], mean_rank_layers: list[int], *
     costs = rank_costs(ctx, row, bw)
     pp = row["pp"]
     hint = chunk_partition(mean_rank_layers, row["v"]) if pp > 1 else (ctx.model.num_layers,)
+    notes: tuple[str, ...] = ()
     if chunks is None and pp > 1 and even_split_rows(row["rc"], pp):
-        note = (f"layer partition: recompute {RECOMPUTE_NAMES[row['rc']]} with pipelining keeps the even chunks "
-                f"{list(hint)} (each recomputes the same share of its layers)")
-        return Refinement(hint, _rank_layers(hint, pp), cost_partition(ctx, costs, hint), costs, (note,))
+        chunks = hint
+        notes = (f"layer partition: recompute {RECOMPUTE_NAMES[row['rc']]} with pipelining keeps the even chunks "
+                 f"{list(hint)} (each recomputes the same share of its layers)",)
     if chunks is not None or pp == 1:
         chunks = tuple(chunks) if chunks is not None else hint
-        return Refinement(chunks, _rank_layers(chunks, pp), cost_partition(ctx, costs, chunks), costs, ())
+        return Refinement(chunks, _rank_layers(chunks, pp), cost_partition(ctx, costs, chunks), costs, notes)
     base = cost_partition(ctx, costs, hint)
     kinds = len(ctx.layer_types)
     what = f"{kinds} layer type{'s' if kinds > 1 else ''} x {pp} ranks" + (
